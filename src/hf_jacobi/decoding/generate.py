@@ -1,0 +1,88 @@
+"""Plugging Jacobi decoding into `model.generate`.
+
+transformers has no registry of decoding modes, so `enable_jacobi` sets an instance-level `generate` that reads
+`decoding` and the `jacobi_*` settings (from the call or the generation config), and hands everything else to the
+model's own generate with the Jacobi loop as its `custom_generate` callable. That keeps all of generate's preparation
+(generation config, special tokens, masks, processors, stopping criteria) and leaves the class, its
+`config.architectures` and every other instance untouched. Greedy calls go straight through, unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from transformers import StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
+
+from .config import resolve_decoding, resolve_jacobi_config, split_jacobi_kwargs
+from .loop import JacobiRuntime, jacobi_decode
+
+_ENABLED_FLAG = "_hf_jacobi_original_generate"
+
+
+def enable_jacobi(model):
+    """Makes `model.generate(..., decoding="jacobi")` run Jacobi decoding; returns the same model.
+
+    Works on any transformers causal LM and on a peft `PeftModel`. Calling it twice is harmless.
+    """
+    if getattr(model, _ENABLED_FLAG, None) is not None:
+        return model
+    original = model.generate
+
+    @functools.wraps(original)
+    def generate(*args: Any, **kwargs: Any):
+        decoding, settings = split_jacobi_kwargs(kwargs)
+        passed_config = kwargs.get("generation_config")
+        model_config = getattr(model, "generation_config", None)
+        # Settings are validated even when decoding greedily, so a typo never passes silently.
+        jacobi_config = resolve_jacobi_config(passed_config, model_config, settings)
+        if resolve_decoding(decoding, passed_config, model_config) == "greedy":
+            return original(*args, **kwargs)
+        if kwargs.get("custom_generate") is not None:
+            raise ValueError("decoding='jacobi' cannot be combined with custom_generate.")
+        if kwargs.get("assistant_model") is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
+            raise ValueError(
+                "decoding='jacobi' drafts by itself: assistant_model and prompt_lookup_num_tokens must be unset."
+            )
+        if kwargs.get("synced_gpus"):
+            raise ValueError("decoding='jacobi' does not support synced_gpus=True (FSDP/ZeRO-3 sharded generation).")
+        _route_stop_strings(kwargs, passed_config, model_config)
+        kwargs["jacobi_runtime"] = JacobiRuntime(config=jacobi_config, streamer=kwargs.get("streamer"))
+        return original(*args, custom_generate=jacobi_decode, **kwargs)
+
+    setattr(model, _ENABLED_FLAG, original)
+    model.generate = generate
+    return model
+
+
+def disable_jacobi(model):
+    """Restores the model's own generate."""
+    original = getattr(model, _ENABLED_FLAG, None)
+    if original is not None:
+        del model.generate
+        setattr(model, _ENABLED_FLAG, None)
+    return model
+
+
+def _route_stop_strings(kwargs: dict[str, Any], passed_config, model_config) -> None:
+    """Builds stop-string criteria here, where the tokenizer is still at hand.
+
+    generate() does not pass `tokenizer` to a callable custom_generate's preparation, so stop strings set there would
+    fail to find one; the equivalent criterion is passed in `stopping_criteria` instead.
+    """
+    tokenizer = kwargs.pop("tokenizer", None)
+    stop_strings = kwargs.get("stop_strings")
+    if stop_strings is None:
+        for source in (passed_config, model_config):
+            if source is not None and getattr(source, "stop_strings", None) is not None:
+                stop_strings = source.stop_strings
+                break
+    if stop_strings is None:
+        return
+    if tokenizer is None:
+        raise ValueError("stop_strings need the tokenizer: pass tokenizer=... to generate().")
+    criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+    criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings))
+    kwargs["stopping_criteria"] = criteria
+    kwargs["stop_strings"] = None

@@ -1,0 +1,160 @@
+"""Per-row bookkeeping of a shared KV cache whose rows accept different numbers of tokens per forward.
+
+`Cache.crop` is uniform across the batch, so after a forward the cache keeps as many new slots as the row that
+accepted most, and every other row marks its extra slots invalid (holes). Each forward then gets an explicit 4D
+additive mask built from those validity flags and the slots' positions; sliding windows are applied on positions,
+not on slot indices, so holes never shrink a row's window. This is why the cache used here keeps full history for
+every layer (a plain `DynamicCache()`): a sliding-window layer that drops slots by index would drop the wrong ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Which mask kinds the model's layers use, and the sliding window when one is used.
+
+    `as_dict` is True for models whose layers mix kinds: they take a dict of masks keyed by layer type.
+    """
+
+    kinds: tuple[str, ...]
+    sliding_window: int | None
+
+    @property
+    def as_dict(self) -> bool:
+        return len(self.kinds) > 1
+
+    @classmethod
+    def from_config(cls, config) -> AttentionLayout:
+        window = getattr(config, "sliding_window", None)
+        layer_types = getattr(config, "layer_types", None)
+        if layer_types:
+            kinds = tuple(sorted(set(layer_types)))
+            unsupported = [k for k in kinds if k not in (FULL, SLIDING)]
+            if unsupported:
+                raise ValueError(
+                    f"decoding='jacobi' supports models whose layers use {FULL!r} or {SLIDING!r} attention; this "
+                    f"model has layer types {unsupported}."
+                )
+        else:
+            kinds = (SLIDING,) if window else (FULL,)
+        if SLIDING in kinds and not window:
+            raise ValueError("The model declares sliding-window layers but config.sliding_window is not set.")
+        return cls(kinds=kinds, sliding_window=int(window) if SLIDING in kinds else None)
+
+
+class KVSlots:
+    """Validity and position of every cache slot, per row, kept in step with a `DynamicCache`.
+
+    Attributes:
+        valid: BoolTensor [B, S]; False for left padding and for slots written by tokens a row did not accept.
+        positions: LongTensor [B, S]; the position id each slot was computed with (meaningless where invalid).
+    """
+
+    def __init__(self, valid: torch.Tensor, positions: torch.Tensor, layout: AttentionLayout) -> None:
+        self.valid = valid
+        self.positions = positions
+        self.layout = layout
+
+    @property
+    def length(self) -> int:
+        return self.valid.shape[1]
+
+    def next_positions(self) -> torch.Tensor:
+        """Position id of each row's next token: one past its last valid slot."""
+        last = torch.where(self.valid, self.positions, torch.full_like(self.positions, -1))
+        return last.max(dim=1).values + 1
+
+    def attention_mask(
+        self, visible: torch.Tensor, query_positions: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive float masks [B, 1, q, S + q] for a forward of q new tokens.
+
+        Args:
+            visible: BoolTensor [q, q] or [B, q, q]: which new tokens each new token may see (itself included).
+                Plain Jacobi passes a lower-triangular matrix; branches and extra blocks pass their own structure.
+            query_positions: LongTensor [B, q], position ids of the new tokens.
+            dtype: The model's dtype; eager attention adds the mask to the scores, so it must be additive and in it.
+        """
+        batch, q = query_positions.shape
+        if visible.dim() == 2:
+            visible = visible.unsqueeze(0).expand(batch, q, q)
+        past = self.valid.unsqueeze(1).expand(batch, q, self.length)
+        allowed = torch.cat([past, visible], dim=2)  # [B, q, S + q]
+        masks: dict[str, torch.Tensor] = {}
+        for kind in self.layout.kinds:
+            kind_allowed = allowed
+            if kind == SLIDING:
+                kv_positions = torch.cat([self.positions, query_positions], dim=1)  # [B, S + q]
+                distance = query_positions.unsqueeze(2) - kv_positions.unsqueeze(1)
+                kind_allowed = allowed & (distance < self.layout.sliding_window)
+            additive = torch.zeros(kind_allowed.shape, dtype=dtype, device=kind_allowed.device)
+            additive.masked_fill_(~kind_allowed, torch.finfo(dtype).min)
+            masks[kind] = additive.unsqueeze(1)
+        return masks if self.layout.as_dict else masks[self.layout.kinds[0]]
+
+    def commit(self, cache: DynamicCache, keep: torch.Tensor, query_positions: torch.Tensor) -> None:
+        """Records which of the q slots just written each row keeps, and crops slots that no row keeps.
+
+        Args:
+            keep: BoolTensor [B, q].
+        """
+        self.valid = torch.cat([self.valid, keep], dim=1)
+        self.positions = torch.cat([self.positions, query_positions], dim=1)
+        kept_any = self.valid.any(dim=0)
+        last_used = int(kept_any.nonzero().max()) + 1 if bool(kept_any.any()) else 0
+        surplus = self.length - last_used
+        if surplus > 0:
+            cache.crop(-surplus)
+            self.valid = self.valid[:, :last_used]
+            self.positions = self.positions[:, :last_used]
+
+    def select_rows(self, cache: DynamicCache, rows: torch.Tensor) -> None:
+        """Keeps only `rows` (local indices) in both the cache and the bookkeeping."""
+        cache.batch_select_indices(rows)
+        self.valid = self.valid[rows]
+        self.positions = self.positions[rows]
+
+    def holes(self) -> int:
+        """Slots that compaction would free: those beyond the fullest row's count of valid slots."""
+        return self.length - int(self.valid.sum(dim=1).max())
+
+    def compact(self, cache: DynamicCache) -> None:
+        """Moves each row's valid slots to the right end, in order, and drops the columns freed on the left.
+
+        Order within a row is what matters to attention (positions travel with the slots), so this changes no result;
+        it only stops masked slots from costing memory and attention time.
+        """
+        counts = self.valid.sum(dim=1)
+        width = int(counts.max())
+        # Stable sort puts invalid slots first and keeps valid ones in their order; the last `width` are the keepers.
+        order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, -width:]
+        self.valid = torch.gather(self.valid, 1, order)
+        self.positions = torch.gather(self.positions, 1, order)
+        for layer in cache.layers:
+            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                continue
+            layer.keys = _gather_slots(layer.keys, order)
+            layer.values = _gather_slots(layer.values, order)
+
+    def maybe_compact(self, cache: DynamicCache, min_holes: int = 32, fraction: float = 0.25) -> bool:
+        """Compacts when enough of the cache is holes to be worth one gather over it."""
+        holes = self.holes()
+        if holes >= max(min_holes, int(fraction * self.length)):
+            self.compact(cache)
+            return True
+        return False
+
+
+def _gather_slots(states: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """states [B, H, S, D] gathered along S with a per-row slot order [B, S']."""
+    index = order[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+    return torch.gather(states, 2, index)

@@ -1,0 +1,94 @@
+"""Tiny random causal LMs of several families, built in-process (nothing is downloaded).
+
+Weights are drawn with a large init range so logits are peaked: the tests compare argmaxes, and near-ties between
+random logits would otherwise be decided by float rounding rather than by the decoding algorithm.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GemmaConfig,
+    GemmaForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+VOCAB = 128
+EOS = 2
+PAD = 0
+
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    initializer_range=0.25,
+    bos_token_id=1,
+    eos_token_id=EOS,
+    pad_token_id=PAD,
+)
+
+FAMILIES = {
+    "llama": (LlamaConfig, LlamaForCausalLM, {}),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
+    # one full-attention layer, then a sliding one: the model takes a dict of masks
+    "qwen3": (
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        {"head_dim": 8, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1},
+    ),
+    # every layer slides over a window much shorter than the generated text
+    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": 8, "head_dim": 8}),
+    "gemma": (GemmaConfig, GemmaForCausalLM, {"head_dim": 8}),
+    "gemma2": (Gemma2Config, Gemma2ForCausalLM, {"head_dim": 8, "sliding_window": 8, "query_pre_attn_scalar": 8}),
+}
+
+
+# Gemma2 has no sdpa path in transformers: it always runs eager attention.
+EAGER_ONLY = {"gemma2"}
+
+
+@functools.lru_cache(maxsize=64)
+def tiny_model(family: str, seed: int = 0, attn_implementation: str = "sdpa"):
+    """An eval-mode float32 model; cached, so tests must not modify it (enable_jacobi is fine: it is idempotent)."""
+    config_cls, model_cls, extra = FAMILIES[family]
+    config = config_cls(**{**_COMMON, **extra})
+    if family in EAGER_ONLY:
+        attn_implementation = "eager"
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    # Gemma ties and scales embeddings; a large init makes its logits huge. Keep every family in a sane range.
+    with torch.no_grad():
+        for param in model.parameters():
+            param.clamp_(-1.0, 1.0)
+    model.generation_config.pad_token_id = PAD
+    model.generation_config.eos_token_id = EOS
+    return model
+
+
+def random_prompts(batch: int, max_len: int, seed: int, pad_rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts of different lengths (ids avoid the special tokens) and their attention mask."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (batch, max_len), generator=gen)
+    mask = torch.ones_like(ids)
+    if pad_rows:
+        for row in range(1, batch):
+            pad = int(torch.randint(0, max_len - 1, (1,), generator=gen))
+            ids[row, :pad] = PAD
+            mask[row, :pad] = 0
+    return ids, mask
