@@ -24,12 +24,12 @@ demo: setup
 	$(BIN)/hf-jacobi demo
 
 lint: setup
-	$(BIN)/ruff check src tests scripts
-	$(BIN)/ruff format --check src tests scripts
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 
 format: setup
-	$(BIN)/ruff format src tests scripts
-	$(BIN)/ruff check --fix src tests scripts
+	$(BIN)/ruff format src tests
+	$(BIN)/ruff check --fix src tests
 
 test: lint
 	$(BIN)/python -m pytest -q
@@ -41,7 +41,7 @@ test-integration: setup
 	$(BIN)/python -m pytest -q -m integration
 
 bench-overhead: setup
-	$(BIN)/python scripts/bench_overhead.py
+	$(BIN)/python -m hf_jacobi.bench.overhead
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

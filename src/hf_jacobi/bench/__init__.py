@@ -1,0 +1,1 @@
+"""Benchmarks: tokens per forward, loop overhead, and (later) HumanEval pass@1 and speed tables."""
