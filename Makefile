@@ -41,7 +41,7 @@ test-integration: setup
 	$(BIN)/python -m pytest -q -m integration
 
 bench-overhead: setup
-	$(BIN)/python -m hf_jacobi.bench.overhead
+	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 6 --max-new-tokens 96 --block-sizes 8 16 32
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
