@@ -68,11 +68,6 @@ class KVSlots:
     def length(self) -> int:
         return self.valid.shape[1]
 
-    def next_positions(self) -> torch.Tensor:
-        """Position id of each row's next token: one past its last valid slot."""
-        last = torch.where(self.valid, self.positions, torch.full_like(self.positions, -1))
-        return last.max(dim=1).values + 1
-
     def attention_mask(
         self, visible: torch.Tensor, query_positions: torch.Tensor, dtype: torch.dtype
     ) -> torch.Tensor | dict[str, torch.Tensor]:
