@@ -43,27 +43,28 @@ class PromptResult:
     def tokens_per_forward(self) -> float:
         return self.new_tokens / max(self.forwards, 1)
 
-    @property
-    def overhead(self) -> float:
-        return self.iteration_s / self.bare_forward_s
+
+@torch.inference_mode()
+def timed_prefill(model, input_ids: torch.Tensor) -> tuple[DynamicCache, float]:
+    """A fresh cache filled with input_ids, and the seconds that took."""
+    cache = DynamicCache()
+    _, seconds = timed(lambda: model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1))
+    return cache, seconds
 
 
 @torch.inference_mode()
-def bare_forward_seconds(model, input_ids: torch.Tensor, block_size: int, repeats: int) -> tuple[float, float]:
-    """Median seconds of (prefill over input_ids) and of one forward of block_size tokens after it, cache reused."""
-    cache = DynamicCache()
-    _, prefill = timed(lambda: model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1))
+def block_forward_seconds(model, context: torch.Tensor, block_size: int, repeats: int) -> float:
+    """Median seconds of one bare forward of block_size tokens on a cache holding `context` (cropped back each time)."""
+    cache, _ = timed_prefill(model, context)
     block = (
-        input_ids[:, -block_size:]
-        if input_ids.shape[1] >= block_size
-        else input_ids.repeat(1, block_size)[:, :block_size]
+        context[:, -block_size:] if context.shape[1] >= block_size else context.repeat(1, block_size)[:, :block_size]
     )
     times = []
     for _ in range(repeats):
         _, seconds = timed(lambda: model(input_ids=block, past_key_values=cache, use_cache=True, logits_to_keep=0))
         cache.crop(-block_size)
         times.append(seconds)
-    return prefill, statistics.median(times)
+    return statistics.median(times)
 
 
 @torch.inference_mode()
@@ -79,8 +80,8 @@ def measure_prompt(model, tokenizer, task_id: str, prompt: str, block_size: int,
     forwards = int(out.forward_passes[0])
     # The bare forward runs at the mean cache length the Jacobi iterations saw: prompt plus half the new tokens.
     context = out.sequences[:, : prompt_len + new_tokens // 2]
-    prefill_s, bare_s = bare_forward_seconds(model, inputs["input_ids"], block_size, 1)
-    _, bare_s = bare_forward_seconds(model, context, block_size, repeats)
+    _, prefill_s = timed_prefill(model, inputs["input_ids"])
+    bare_s = block_forward_seconds(model, context, block_size, repeats)
     return PromptResult(
         task_id=task_id,
         block_size=block_size,
