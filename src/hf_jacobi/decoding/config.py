@@ -22,27 +22,79 @@ JACOBI_PREFIX = "jacobi_"
 class JacobiConfig:
     """Settings of one Jacobi decoding call.
 
+    None of them changes the output (greedy stays greedy, sampling keeps its distribution); they trade the width of
+    each forward against how many tokens it can commit.
+
     Args:
         block_size: Tokens per Jacobi block (n). The first token of a block is always the committed greedy token, so a
             block of 1 is plain autoregressive decoding through the Jacobi loop. Larger blocks can accept more tokens
             per forward but make each forward wider.
+        num_blocks: Blocks in flight at most (K). Blocks after the first refine drafts for the positions that follow
+            it, in the same forward; a run of accepted tokens may cross from one block into the next.
+        spawn_ratio: A new block is added once the newest block has this share of its tokens unchanged since the
+            previous iteration (converged), so that later blocks start from a nearly settled context.
+        ngram_pool_size: Rejection recycling: n-grams kept per key (0 turns recycling off). Rejected draft tails, the
+            prompt and the committed text feed the pool; entries keyed on the last committed tokens are verified
+            alongside the draft in the same forward.
+        verify_size: Candidate n-grams verified per step at most (V); defaults to `ngram_pool_size`.
+        ngram_size: Tokens per candidate n-gram; defaults to `block_size - 1` (a candidate plus the committed token
+            it follows makes one block).
+        ngram_key_size: How many of the last committed tokens key the pool; lookups back off to shorter suffixes
+            when the longest finds fewer than `verify_size` candidates.
         draft_seed: Seed of the generator that draws the initial draft tokens from the prompt. Fixed by default so that
             two identical calls spend the same number of forwards; it never changes the output.
     """
 
     block_size: int = 16
+    num_blocks: int = 1
+    spawn_ratio: float = 0.85
+    ngram_pool_size: int = 0
+    verify_size: int | None = None
+    ngram_size: int | None = None
+    ngram_key_size: int = 2
     draft_seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"jacobi_block_size must be an integer >= 1, got {self.block_size!r}.")
+        _check_int("block_size", self.block_size, minimum=1)
+        _check_int("num_blocks", self.num_blocks, minimum=1)
+        ratio = self.spawn_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
+            raise ValueError(f"jacobi_spawn_ratio must be a number in (0, 1], got {ratio!r}.")
+        _check_int("ngram_pool_size", self.ngram_pool_size, minimum=0)
+        if self.verify_size is not None:
+            _check_int("verify_size", self.verify_size, minimum=1)
+            if self.ngram_pool_size == 0:
+                raise ValueError(
+                    f"jacobi_verify_size={self.verify_size} has no effect without recycling: set "
+                    "jacobi_ngram_pool_size >= 1 as well, or leave jacobi_verify_size unset."
+                )
+        if self.ngram_size is not None:
+            _check_int("ngram_size", self.ngram_size, minimum=1)
+        _check_int("ngram_key_size", self.ngram_key_size, minimum=1)
         if isinstance(self.draft_seed, bool) or not isinstance(self.draft_seed, int):
             raise ValueError(f"jacobi_draft_seed must be an integer, got {self.draft_seed!r}.")
+
+    @property
+    def candidates_per_step(self) -> int:
+        """V: how many pool candidates a row verifies per forward (0 without recycling)."""
+        if self.ngram_pool_size == 0:
+            return 0
+        return self.verify_size if self.verify_size is not None else self.ngram_pool_size
+
+    @property
+    def candidate_length(self) -> int:
+        """Tokens per candidate n-gram."""
+        return self.ngram_size if self.ngram_size is not None else max(self.block_size - 1, 1)
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
         """The `jacobi_*` keyword names accepted by generate() and GenerationConfig."""
         return tuple(JACOBI_PREFIX + f.name for f in fields(cls))
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{JACOBI_PREFIX}{name} must be an integer >= {minimum}, got {value!r}.")
 
 
 def validate_decoding(value: Any) -> str:

@@ -15,14 +15,15 @@ class PromptDrafter:
     """Draws draft tokens uniformly from each row's prompt tokens (padding excluded)."""
 
     def __init__(self, input_ids: torch.Tensor, valid: torch.Tensor, seed: int = 0) -> None:
-        # Valid tokens first, in order, so that index k < count picks the k-th real prompt token.
-        order = torch.sort(valid.to(torch.int8), dim=1, descending=True, stable=True).indices
-        self.pool = torch.gather(input_ids, 1, order)
-        self.counts = valid.sum(dim=1).clamp(min=1)
+        # Drafts are assembled on the host with the rest of each step's layout, so the prompts are kept there.
+        valid = valid.cpu()
+        self.prompts = [row[mask].tolist() or [0] for row, mask in zip(input_ids.cpu(), valid, strict=True)]
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
 
-    def draw(self, rows: torch.Tensor, count: int) -> torch.Tensor:
-        """LongTensor [len(rows), count] of prompt tokens of the given rows (original batch indices)."""
-        uniform = torch.rand((rows.shape[0], count), generator=self.generator).to(rows.device)
-        index = (uniform * self.counts[rows, None]).long().clamp(max=self.pool.shape[1] - 1)
-        return torch.gather(self.pool[rows], 1, index)
+    def draw(self, row: int, count: int) -> list[int]:
+        """`count` tokens of row `row`'s prompt (original batch index), drawn with replacement."""
+        if count <= 0:
+            return []
+        prompt = self.prompts[row]
+        index = torch.randint(len(prompt), (count,), generator=self.generator).tolist()
+        return [prompt[i] for i in index]

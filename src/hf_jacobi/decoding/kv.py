@@ -112,6 +112,28 @@ class KVSlots:
             self.valid = self.valid[:, :last_used]
             self.positions = self.positions[:, :last_used]
 
+    def commit_columns(
+        self, cache: DynamicCache, order: list[list[int]], keep: list[int], query_positions: torch.Tensor
+    ) -> None:
+        """Like `commit`, for forwards whose kept columns are not a prefix (a recycled branch won).
+
+        The q columns just written are first reordered per row so that the kept ones (`order[row][: keep[row]]`) come
+        first, in order; only those q columns are moved, never the older cache, and the columns no row keeps are then
+        cropped as usual.
+        """
+        width = query_positions.shape[1]
+        device = query_positions.device
+        if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
+            index = torch.tensor(order, dtype=torch.long, device=device)
+            for layer in cache.layers:
+                if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                    continue
+                layer.keys[:, :, -width:] = _gather_slots(layer.keys[:, :, -width:], index)
+                layer.values[:, :, -width:] = _gather_slots(layer.values[:, :, -width:], index)
+            query_positions = torch.gather(query_positions, 1, index)
+        counts = torch.tensor(keep, dtype=torch.long, device=device)
+        self.commit(cache, torch.arange(width, device=device)[None, :] < counts[:, None], query_positions)
+
     def select_rows(self, cache: DynamicCache, rows: torch.Tensor) -> None:
         """Keeps only `rows` (local indices) in both the cache and the bookkeeping."""
         cache.batch_select_indices(rows)

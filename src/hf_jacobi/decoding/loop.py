@@ -18,12 +18,16 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, St
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.streamers import BaseStreamer
 
+from .acceptance import Verdict, greedy_verdict, sampled_verdict
+from .chain import DraftChain
 from .config import JacobiConfig
 from .drafts import PromptDrafter
 from .kv import AttentionLayout, KVSlots
 from .outputs import JacobiDecoderOnlyOutput
+from .recycling import NgramPool
+from .step_layout import Branch, StepLayout
 from .stopping import RowStopper
-from .verify import accepted_draft_counts, process_block_logits
+from .verify import process_column_scores
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -50,9 +54,10 @@ def check_generation_config(model, generation_config: GenerationConfig, model_kw
             f" the model uses {attn!r}. Load it with attn_implementation='sdpa' or call model.set_attn_implementation('sdpa')."
         )
     if generation_config.num_beams != 1:
-        raise ValueError(f"decoding='jacobi' is greedy: num_beams must be 1, got {generation_config.num_beams}.")
-    if generation_config.do_sample:
-        raise ValueError("decoding='jacobi' currently supports greedy decoding only: do_sample must be False.")
+        raise ValueError(
+            f"decoding='jacobi' replaces greedy decoding or sampling, not beam search: num_beams must be 1, "
+            f"got {generation_config.num_beams}."
+        )
     if generation_config.num_return_sequences not in (None, 1):
         raise ValueError(
             f"decoding='jacobi' returns one sequence per prompt: num_return_sequences must be 1, "
@@ -84,10 +89,11 @@ def jacobi_decode(
     jacobi_runtime: JacobiRuntime,
     **model_kwargs,
 ) -> JacobiDecoderOnlyOutput | torch.LongTensor:
-    """Greedy-identical generation by Jacobi iteration; the signature is the one generate() calls."""
+    """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls."""
     check_generation_config(model, generation_config, model_kwargs)
     config, streamer = jacobi_runtime.config, jacobi_runtime.streamer
     n = config.block_size
+    sampling = bool(generation_config.do_sample)
     device = input_ids.device
     batch, prompt_len = input_ids.shape
     layout = AttentionLayout.from_config(model.config)
@@ -111,25 +117,34 @@ def jacobi_decode(
         raise ValueError("decoding='jacobi' supports models whose cache layers are plain dynamic layers.")
     slots = KVSlots(prompt_valid, prompt_positions.to(torch.long), layout)
     first_scores = logits_processor(input_ids, outputs.logits[:, -1].to(dtype=torch.float32, copy=True))
-    first_tokens = first_scores.argmax(dim=-1)
+    if sampling:
+        first_tokens = torch.multinomial(torch.softmax(first_scores, dim=-1), num_samples=1).squeeze(1)
+    else:
+        first_tokens = first_scores.argmax(dim=-1)
     del outputs
 
-    # Per-row state. Token lists on the host decide commits and build the output; `sequences` on the device gives
-    # processors and stopping criteria the exact prefixes greedy would show them.
-    sequences = torch.full((batch, prompt_len + capacity + n), pad_id, dtype=torch.long, device=device)
+    # Per-row state lives on the host, indexed by original row: it decides commits, builds each forward's layout and
+    # the output. `sequences` mirrors the committed text on the device, so that logits processors and stopping
+    # criteria see exactly the prefixes the reference decoding would show them.
+    sequences = torch.full((batch, prompt_len + capacity + 1), pad_id, dtype=torch.long, device=device)
     sequences[:, :prompt_len] = input_ids
+    texts = [row[valid].tolist() for row, valid in zip(input_ids.cpu(), prompt_valid.cpu(), strict=True)]
     generated: list[list[int]] = [[] for _ in range(batch)]
     finish_at: list[int | None] = [None] * batch
-    forward_passes = torch.zeros(batch, dtype=torch.long)
+    forward_passes, forward_tokens, recycled_tokens = [0] * batch, [0] * batch, [0] * batch
     stream = _ColumnStreamer(streamer, generated, finish_at, stopper.pads_finished_rows, pad_id)
 
     def commit(row: int, candidates: list[int]) -> int:
         """Appends accepted tokens to a row until it must stop; returns how many it took."""
+        start = prompt_len + len(generated[row])
+        room = sequences.shape[1] - start
+        sequences[row, start : start + min(len(candidates), room)] = torch.tensor(candidates[:room], dtype=torch.long)
         taken = 0
         for token in candidates:
             if _row_done(row):
                 break
             generated[row].append(token)
+            texts[row].append(token)
             taken += 1
             length = prompt_len + len(generated[row])
             if finish_at[row] is None and stopper.is_finished(
@@ -150,75 +165,132 @@ def jacobi_decode(
             return False
         return len(generated[row]) >= max(f for f in finish_at if f is not None)
 
-    sequences[:, prompt_len] = first_tokens
     for row, token in enumerate(first_tokens.tolist()):
         commit(row, [token])
     stream.flush()
 
     drafter = PromptDrafter(input_ids, prompt_valid, seed=config.draft_seed)
-    rows = torch.arange(batch, device=device)  # original indices of the rows still decoding
-    block = torch.cat([first_tokens[:, None], drafter.draw(rows, n - 1)], dim=1)
-    next_positions = prompt_positions[:, -1].to(torch.long) + 1
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    steps = torch.arange(n, device=device)
+    chains = {
+        row: DraftChain([token, *drafter.draw(row, n - 1)], n, config.num_blocks, config.spawn_ratio)
+        for row, token in enumerate(first_tokens.tolist())
+    }
+    pools = {row: _seeded_pool(config, texts[row]) for row in range(batch)} if config.ngram_pool_size else {}
+    positions = (prompt_positions[:, -1].to(torch.long) + 1).tolist()  # position of each row's column 0
+    rows = list(range(batch))  # original indices of the rows still in the cache, in cache order
     forward_kwargs = {"logits_to_keep": 0} if model._supports_logits_to_keep() else {}
     dtype = model.dtype
 
     while True:
-        keep_local = [i for i, row in enumerate(rows.tolist()) if not _row_done(row)]
+        keep_local = [i for i, row in enumerate(rows) if not _row_done(row)]
         if not keep_local:
             break
-        if len(keep_local) < rows.shape[0]:
-            local = torch.tensor(keep_local, device=device)
-            slots.select_rows(cache, local)
-            rows, block, next_positions = rows[local], block[local], next_positions[local]
-        row_list = rows.tolist()
-        committed = torch.tensor([prompt_len + len(generated[r]) for r in row_list], device=device)
+        if len(keep_local) < len(rows):
+            slots.select_rows(cache, torch.tensor(keep_local, device=device))
+            rows = [rows[i] for i in keep_local]
 
-        query_positions = next_positions[:, None] + steps
+        step = StepLayout(
+            [chains[row].tokens for row in rows],
+            [_candidates(pools.get(row), texts[row], chains[row].tokens, config) for row in rows],
+            pad_id,
+            device,
+        )
+        query_positions = torch.tensor([positions[row] for row in rows], device=device)[:, None] + step.levels
         logits = model(
-            input_ids=block,
-            attention_mask=slots.attention_mask(causal, query_positions, dtype),
+            input_ids=step.tokens,
+            attention_mask=slots.attention_mask(step.visible, query_positions, dtype),
             position_ids=query_positions,
             past_key_values=cache,
             use_cache=True,
             **forward_kwargs,
         ).logits.float()
-        forward_passes[rows.cpu()] += 1
+        committed = [prompt_len + len(generated[row]) for row in rows]
+        scores = process_column_scores(logits_processor, sequences, committed, logits, step, rows, batch)
+        predictions = scores.argmax(dim=-1).tolist()
 
-        # Drafts sit after each row's committed tokens so that position i is processed with its would-be context.
-        write_at = committed[:, None] - 1 + steps[1:]
-        row_sequences = sequences[rows].scatter(1, write_at, block[:, 1:])
-        scores = process_block_logits(logits_processor, row_sequences, committed, logits, rows, batch)
-        predictions = scores.argmax(dim=-1)
-        accepted = accepted_draft_counts(block, predictions)
-        # Every prediction is written where it would land if accepted, so that stopping criteria can read the row's
-        # prefix; positions past what a row commits are overwritten by later iterations and never returned.
-        sequences[rows] = sequences[rows].scatter(1, committed[:, None] + steps, predictions)
-
-        taken = torch.tensor(
-            [
-                commit(row, prediction[: count + 1])
-                for row, prediction, count in zip(row_list, predictions.tolist(), accepted.tolist(), strict=True)
-            ],
-            device=device,
-        )
+        orders, keeps = [], []
+        for local, row in enumerate(rows):
+            branches = step.branches[local]
+            if sampling:
+                verdict = sampled_verdict(branches, scores[local])
+            else:
+                verdict = greedy_verdict(branches, predictions[local])
+            chain_tokens = chains[row].tokens
+            taken = commit(row, verdict.tokens)
+            forward_passes[row] += 1
+            forward_tokens[row] += step.columns_used[local]
+            if verdict.branch:
+                recycled_tokens[row] += min(verdict.accepted, taken)
+            kept = verdict.columns[:taken]
+            kept_set = set(kept)
+            orders.append(kept + [c for c in range(step.width) if c not in kept_set])
+            keeps.append(len(kept))
+            if row in pools:
+                _harvest(pools[row], texts[row], taken, chain_tokens, predictions[local], branches[0])
+            continuation = _continuation(branches, verdict, predictions[local], taken)
+            chains[row].advance(taken, continuation, lambda count, row=row: drafter.draw(row, count))
+            positions[row] += taken
         stream.flush()
-        slots.commit(cache, steps[None, :] < taken[:, None], query_positions)
+        slots.commit_columns(cache, orders, keeps, query_positions)
         slots.maybe_compact(cache)
-
-        # Jacobi update: the last committed token leads, the unverified predictions after it become the drafts.
-        source = (taken - 1).clamp(min=0)[:, None] + steps
-        shifted = predictions.gather(1, source.clamp(max=n - 1))
-        needs_fill = source >= n
-        block = torch.where(needs_fill, drafter.draw(rows, n), shifted) if bool(needs_fill.any()) else shifted
-        next_positions = next_positions + taken
 
     stream.finish()
     sequences_out = _assemble(input_ids, generated, finish_at, stopper.pads_finished_rows, pad_id)
     if generation_config.return_dict_in_generate:
-        return JacobiDecoderOnlyOutput(sequences=sequences_out, forward_passes=forward_passes.to(device))
+        return JacobiDecoderOnlyOutput(
+            sequences=sequences_out,
+            forward_passes=torch.tensor(forward_passes, device=device),
+            forward_tokens=torch.tensor(forward_tokens, device=device),
+            recycled_tokens=torch.tensor(recycled_tokens, device=device),
+        )
     return sequences_out
+
+
+def _seeded_pool(config: JacobiConfig, prompt: list[int]) -> NgramPool:
+    """A row's pool, holding the prompt's n-grams from the start: completions often repeat the prompt's text."""
+    pool = NgramPool(config.ngram_pool_size, config.candidate_length, config.ngram_key_size)
+    pool.add_sequence(prompt, first_start=1, last_start=len(prompt) - pool.ngram_size)
+    return pool
+
+
+def _candidates(pool: NgramPool | None, text: list[int], chain: list[int], config: JacobiConfig):
+    if pool is None:
+        return []
+    return pool.candidates(text[-config.ngram_key_size :], config.candidates_per_step, exclude=chain[1:])
+
+
+def _harvest(
+    pool: NgramPool, text: list[int], taken: int, chain: list[int], predictions: list[int], chain_branch: Branch
+) -> None:
+    """Feeds the pool what this step produced: the newly committed text and the chain's rejected tail.
+
+    The rejected tail starts where the chain's own drafts stop matching the model; it is keyed on the draft tokens
+    before it, the context it was written for, so it is proposed again if that context comes back.
+    """
+    size = pool.ngram_size
+    pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
+    matched = 0
+    while matched + 1 < len(chain) and chain[matched + 1] == predictions[chain_branch.columns[matched]]:
+        matched += 1
+    if matched + 1 < len(chain):
+        # Text before this step ends with chain[0]; the drafts follow it.
+        context = text[max(0, len(text) - taken - pool.key_size) : len(text) - taken]
+        pool.add_sequence(context + chain[1:], first_start=len(context) + matched)
+
+
+def _continuation(branches: list[Branch], verdict: Verdict, predictions: list[int], taken: int) -> list[int]:
+    """The next chain's known tokens: the last committed token, then the predictions after it.
+
+    The winning branch's predictions come first; past its end, the chain's predictions for the same positions.
+    """
+    accepted = taken - 1
+    winner, chain = branches[verdict.branch], branches[0]
+    tokens = [verdict.tokens[accepted]]
+    level = accepted + 1
+    while level < len(chain) or level < len(winner):
+        source = winner if level < len(winner) else chain
+        tokens.append(predictions[source.columns[level]])
+        level += 1
+    return tokens
 
 
 def _final_length(generated: list[list[int]], finish_at: list[int | None], pads_finished_rows: bool) -> int:

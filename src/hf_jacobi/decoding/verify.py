@@ -1,9 +1,9 @@
-"""Turning one block forward into the tokens greedy decoding would have chosen at each block position.
+"""Turning the logits of one forward into the scores generate() would have computed at each column.
 
-The logits at block position i are processed by generate()'s logits processors with the context greedy would have
-had if the block's first i drafts were right: the row's committed tokens plus those drafts. Where the drafts were
-right the processed scores are exactly greedy's; where they were wrong the scores only shape the next draft, which is
-verified again before anything is committed.
+The logits at a column are processed by generate()'s logits processors with the context greedy (or ancestral
+sampling) would have had if the drafts before it on its branch were right: the row's committed tokens plus those
+drafts. Where the drafts were right the processed scores are exactly the reference's; where they were wrong the scores
+only shape the next draft, which is verified again before anything is committed.
 """
 
 from __future__ import annotations
@@ -12,42 +12,73 @@ import copy
 
 import torch
 from transformers import LogitsProcessorList
-from transformers.generation.logits_process import PrefixConstrainedLogitsProcessor, RepetitionPenaltyLogitsProcessor
+from transformers.generation.logits_process import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    MinPLogitsWarper,
+    PrefixConstrainedLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
+
+from .step_layout import StepLayout
+
+# Processors whose output depends on the scores alone, never on the tokens before them: every column of a forward can
+# go through them in one call.
+CONTEXT_FREE = (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+)
 
 
-def process_block_logits(
+def process_column_scores(
     logits_processor: LogitsProcessorList,
     sequences: torch.Tensor,
-    context_lengths: torch.Tensor,
+    committed: list[int],
     logits: torch.Tensor,
-    batch_rows: torch.Tensor,
+    layout: StepLayout,
+    batch_rows: list[int],
     batch_size: int,
 ) -> torch.Tensor:
-    """Processed scores [b, q, V] for the q block positions of each row.
+    """Processed scores [b, Q, V] for every column of a forward, each with the context greedy would have given it.
 
     Args:
-        sequences: LongTensor [b, W]; each row's committed tokens followed by its block's drafts (block[1:]).
-        context_lengths: LongTensor [b]; the committed length of each row: position i sees
-            sequences[:, : context_lengths + i].
-        logits: float32 [b, q, V], the raw logits at the block positions.
-        batch_rows: LongTensor [b]; each row's index in the original batch of `batch_size` rows, for processors
-            that hold per-row state or pass the row index to user code.
+        sequences: LongTensor [batch_size, W]: each original row's committed tokens (prompt included) from column 0.
+        committed: per local row, its committed length; a column's context is sequences[row, :committed] followed by
+            the drafts before it on its branch (`layout.drafts_before`).
+        logits: float32 [b, Q, V], the raw logits of the forward.
+        batch_rows: each local row's index in the original batch, for processors that keep per-row state.
     """
     if len(logits_processor) == 0:
         return logits
-    q = logits.shape[1]
-    lengths = context_lengths.tolist()
-    rows = batch_rows.tolist()
-    scores = torch.empty_like(logits)
-    if all(length == lengths[0] for length in lengths):
-        processors = processors_for_rows(logits_processor, rows, batch_size)
-        for i in range(q):
-            scores[:, i] = processors(sequences[:, : lengths[0] + i], logits[:, i].clone())
-        return scores
-    for r, length in enumerate(lengths):
-        processors = processors_for_rows(logits_processor, [rows[r]], batch_size)
-        for i in range(q):
-            scores[r : r + 1, i] = processors(sequences[r : r + 1, : length + i], logits[r : r + 1, i].clone())
+    rows, width, vocab = logits.shape
+    if all(isinstance(p, CONTEXT_FREE) for p in logits_processor):
+        placeholder = torch.zeros((rows * width, 1), dtype=torch.long, device=logits.device)
+        return logits_processor(placeholder, logits.reshape(rows * width, vocab).clone()).view(rows, width, vocab)
+    # Columns whose contexts have the same length go through the processors together.
+    groups: dict[tuple[int, int], list[tuple[int, int, list[int]]]] = {}
+    for row in range(rows):
+        for column in range(layout.columns_used[row]):
+            drafts = layout.drafts_before(row, column)
+            if drafts is not None:
+                groups.setdefault((committed[row], len(drafts)), []).append((row, column, drafts))
+    scores = logits.clone()
+    for (length, level), members in groups.items():
+        local = [row for row, _, _ in members]
+        columns = [column for _, column, _ in members]
+        original = [batch_rows[row] for row in local]
+        drafts = torch.tensor([d for _, _, d in members], dtype=torch.long, device=logits.device)
+        context = torch.cat([sequences[original, :length], drafts.reshape(len(members), level)], dim=1)
+        processors = processors_for_rows(logits_processor, original, batch_size)
+        scores[local, columns] = processors(context, logits[local, columns].clone())
     return scores
 
 
@@ -75,12 +106,3 @@ def processors_for_rows(
             processor.prompt_ignore_length = ignore[torch.tensor(rows, device=ignore.device)]
         adapted.append(processor)
     return adapted
-
-
-def accepted_draft_counts(block: torch.Tensor, predictions: torch.Tensor) -> torch.Tensor:
-    """Number of leading drafts block[:, 1:] that equal the predictions before them: LongTensor [b].
-
-    block[:, 0] is always right (it is the last committed token), so a row can commit this count plus one token.
-    """
-    matches = (block[:, 1:] == predictions[:, :-1]).to(torch.long)
-    return matches.cumprod(dim=1).sum(dim=1)

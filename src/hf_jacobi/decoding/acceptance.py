@@ -1,0 +1,89 @@
+"""Which tokens a row commits after a forward: the acceptance rules for greedy decoding and for sampling.
+
+All branches of a row (the draft chain and the recycled candidates) start at column 0, the last committed token, so
+together they form a tree of proposals. Verification walks that tree one level at a time. At each level the model's
+distribution is read at the column of one branch still alive (all of them share the same prefix, so they share the
+context), a token is chosen, and only the branches proposing that token go on:
+
+- greedy: the token is the argmax of the processed scores, exactly greedy's choice;
+- sampling: the distinct proposed tokens are tried in turn, each accepted with its probability under what is left of
+  the distribution, which then drops it and is renormalized; if none is accepted the token is drawn from that
+  remainder. Drafts are deterministic proposals, so this recursive rejection makes every committed token distributed
+  exactly as ancestral sampling would draw it.
+
+The walk ends when no branch proposes the chosen token; that token is the bonus, committed with the accepted ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .step_layout import Branch
+
+
+@dataclass
+class Verdict:
+    """What one row commits.
+
+    Attributes:
+        tokens: the accepted draft tokens followed by the bonus token.
+        columns: the columns holding KV for the committed text: column 0, then one per accepted draft token.
+        branch: the branch the accepted run followed to its end (0 is the draft chain).
+    """
+
+    tokens: list[int]
+    columns: list[int]
+    branch: int
+
+    @property
+    def accepted(self) -> int:
+        return len(self.tokens) - 1
+
+
+def greedy_verdict(branches: list[Branch], predictions: list[int]) -> Verdict:
+    """Longest run of proposals that greedy decoding would have produced; `predictions` is the argmax per column."""
+    alive = list(range(len(branches)))
+    level = 0
+    tokens: list[int] = []
+    while True:
+        chosen = predictions[branches[alive[0]].columns[level]]
+        tokens.append(chosen)
+        following = [b for b in alive if len(branches[b]) > level + 1 and branches[b].tokens[level + 1] == chosen]
+        if not following:
+            break
+        alive = following
+        level += 1
+    return Verdict(tokens, branches[alive[0]].columns[: level + 1], alive[0])
+
+
+def sampled_verdict(branches: list[Branch], scores: torch.Tensor) -> Verdict:
+    """Recursive rejection sampling over the proposal tree; `scores` [Q, V] are one row's processed scores.
+
+    Uses torch's default CPU generator, so `torch.manual_seed` makes runs reproducible.
+    """
+    alive = list(range(len(branches)))
+    level = 0
+    tokens: list[int] = []
+    while True:
+        column = branches[alive[0]].columns[level]
+        remaining = torch.softmax(scores[column].to(device="cpu", dtype=torch.float64), dim=-1)
+        proposed = []
+        for b in alive:
+            if len(branches[b]) > level + 1 and branches[b].tokens[level + 1] not in proposed:
+                proposed.append(branches[b].tokens[level + 1])
+        chosen = None
+        for token in proposed:
+            mass = float(remaining.sum())
+            if mass > 0 and float(torch.rand((), dtype=torch.float64)) * mass < float(remaining[token]):
+                chosen = token
+                break
+            remaining[token] = 0.0
+        if chosen is None:
+            tokens.append(int(torch.multinomial(remaining, 1)))
+            break
+        tokens.append(chosen)
+        alive = [b for b in alive if len(branches[b]) > level + 1 and branches[b].tokens[level + 1] == chosen]
+        level += 1
+    return Verdict(tokens, branches[alive[0]].columns[: level + 1], alive[0])

@@ -1,0 +1,75 @@
+"""Rejection recycling: a per-row pool of n-grams that are proposed again when their context comes back.
+
+A draft that Jacobi iteration rejects is often right a few positions later (code repeats names, math repeats
+expressions), and so is text already in the prompt or already committed. The pool stores such n-grams under the
+tokens that preceded them; when the row's last committed tokens match a key, the stored n-grams become candidate
+branches verified in the same forward as the draft. Keys are suffixes of up to `key_size` tokens, so that a candidate
+is proposed only where its left context matches, and lookups back off to shorter suffixes when the longest finds too
+few candidates. Every candidate is verified, so the pool can only change speed, never the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+Ngram = tuple[int, ...]
+
+
+class NgramPool:
+    """N-grams of up to `ngram_size` tokens, at most `capacity` per key, most recently seen first.
+
+    Args:
+        capacity: n-grams kept per key; the least recently seen is dropped beyond it.
+        ngram_size: the length of the n-grams stored (shorter ones are kept only where a sequence ends).
+        key_size: the longest key; every n-gram is filed under its 1..key_size preceding tokens.
+        min_size: shorter n-grams are not worth a branch and are not stored.
+    """
+
+    def __init__(self, capacity: int, ngram_size: int, key_size: int, min_size: int = 2) -> None:
+        self.capacity = capacity
+        self.ngram_size = ngram_size
+        self.key_size = key_size
+        self.min_size = min(min_size, ngram_size)
+        self._entries: dict[Ngram, list[Ngram]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._entries.values())
+
+    def add(self, key: Sequence[int], ngram: Sequence[int]) -> None:
+        """Files `ngram` under every suffix of `key` up to key_size tokens long."""
+        ngram = tuple(ngram[: self.ngram_size])
+        if len(ngram) < self.min_size or not key:
+            return
+        for length in range(1, min(self.key_size, len(key)) + 1):
+            suffix = tuple(key[-length:])
+            bucket = self._entries.setdefault(suffix, [])
+            if ngram in bucket:
+                bucket.remove(ngram)
+            bucket.insert(0, ngram)
+            del bucket[self.capacity :]
+
+    def add_sequence(self, tokens: Sequence[int], first_start: int, last_start: int | None = None) -> None:
+        """Adds the n-grams of `tokens` that start at indices first_start..last_start, each keyed on what precedes it.
+
+        Starts whose n-gram would run past the end of `tokens` store the shorter remainder.
+        """
+        last = len(tokens) - self.min_size if last_start is None else min(last_start, len(tokens) - self.min_size)
+        for start in range(max(first_start, 1), last + 1):
+            self.add(tokens[max(0, start - self.key_size) : start], tokens[start : start + self.ngram_size])
+
+    def candidates(self, context: Sequence[int], limit: int, exclude: Sequence[int] = ()) -> list[Ngram]:
+        """Up to `limit` distinct n-grams for what follows `context`, longest matching key first, then most recent.
+
+        An n-gram that `exclude` (the draft already in flight) starts with is skipped: verifying it twice gains
+        nothing.
+        """
+        exclude = tuple(exclude)
+        found: list[Ngram] = []
+        for length in range(min(self.key_size, len(context)), 0, -1):
+            for ngram in self._entries.get(tuple(context[-length:]), ()):
+                if ngram in found or exclude[: len(ngram)] == ngram:
+                    continue
+                found.append(ngram)
+                if len(found) == limit:
+                    return found
+        return found

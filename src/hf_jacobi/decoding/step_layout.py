@@ -1,0 +1,98 @@
+"""The columns of one Jacobi forward: each row's draft chain and its recycled candidate branches.
+
+Column 0 of every row is its last committed token, whose KV is not in the cache yet. The draft chain follows it
+causally. Each candidate n-gram is a branch: its tokens sit at the positions right after column 0, see the cache,
+column 0 and their own earlier tokens, and nothing of the chain or of other branches. So every branch is verified
+against the same committed prefix without copying the cache, and all of it costs one forward. Rows with fewer
+columns are padded with columns that see only themselves and are never kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Branch:
+    """One line of tokens that verification can follow from column 0.
+
+    Attributes:
+        columns: the forward column of each level; columns[0] is 0, the shared last committed token.
+        tokens: the token at each level; tokens[0] is the last committed token.
+    """
+
+    columns: list[int]
+    tokens: list[int]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class StepLayout:
+    """Input ids, position offsets and the visibility matrix of one forward, with the branches behind each column.
+
+    Attributes:
+        tokens: LongTensor [b, Q].
+        levels: LongTensor [b, Q]: each column's distance from column 0, i.e. its position offset (0 for padding).
+        visible: BoolTensor [b, Q, Q]: which columns each column attends to.
+        branches: per row, the draft chain first, then one branch per candidate.
+        columns_used: per row, how many columns carry real tokens.
+    """
+
+    def __init__(self, chains: list[list[int]], candidates: list[list[tuple[int, ...]]], pad_id: int, device) -> None:
+        self.branches: list[list[Branch]] = []
+        self.columns_used: list[int] = []
+        token_rows, branch_rows, level_rows = [], [], []
+        for chain, extra in zip(chains, candidates, strict=True):
+            branches = [Branch(list(range(len(chain))), list(chain))]
+            tokens, branch_ids, levels = list(chain), [0] * len(chain), list(range(len(chain)))
+            for index, ngram in enumerate(extra, start=1):
+                start = len(tokens)
+                branches.append(Branch([0, *range(start, start + len(ngram))], [chain[0], *ngram]))
+                tokens.extend(ngram)
+                branch_ids.extend([index] * len(ngram))
+                levels.extend(range(1, len(ngram) + 1))
+            self.branches.append(branches)
+            self.columns_used.append(len(tokens))
+            token_rows.append(tokens)
+            branch_rows.append(branch_ids)
+            level_rows.append(levels)
+        width = max(self.columns_used)
+        self.tokens = _padded(token_rows, width, pad_id, device)
+        self.levels = _padded(level_rows, width, 0, device)
+        branch_ids = _padded(branch_rows, width, -1, device)
+        self.visible = _visibility(branch_ids, self.levels)
+        self._where = [
+            {column: (b, level) for b, branch in enumerate(branches) for level, column in enumerate(branch.columns)}
+            for branches in self.branches
+        ]
+
+    @property
+    def width(self) -> int:
+        return self.tokens.shape[1]
+
+    def drafts_before(self, row: int, column: int) -> list[int] | None:
+        """The draft tokens a column's prediction is conditioned on after the committed text; None for padding."""
+        where = self._where[row].get(column)
+        if where is None:
+            return None
+        branch, level = where
+        return self.branches[row][branch].tokens[1 : level + 1]
+
+
+def _padded(rows: list[list[int]], width: int, fill: int, device) -> torch.Tensor:
+    return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=torch.long, device=device)
+
+
+def _visibility(branch_ids: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """A column sees column 0 and the columns of its own branch at lower or equal levels; padding sees itself."""
+    width = branch_ids.shape[1]
+    same_branch = branch_ids[:, :, None] == branch_ids[:, None, :]
+    earlier = levels[:, None, :] <= levels[:, :, None]
+    root = torch.zeros(width, dtype=torch.bool, device=branch_ids.device)
+    root[0] = True
+    real = (branch_ids >= 0)[:, :, None]
+    itself = torch.eye(width, dtype=torch.bool, device=branch_ids.device)
+    return itself | (real & ((same_branch & earlier) | root))
