@@ -1,4 +1,5 @@
-"""Property test: over random tiny models, prompts, batch sizes, block sizes and budgets, Jacobi equals greedy."""
+"""Property test: over random tiny models, prompts, batch sizes, block sizes, extra blocks, recycling pools and
+budgets, Jacobi equals greedy."""
 
 from __future__ import annotations
 
@@ -25,7 +26,25 @@ def decoding_cases(draw):
         "max_new_tokens": draw(st.integers(0, 64)),
         "eos_from_output": draw(st.booleans()),
         "repetition_penalty": draw(st.sampled_from([None, None, 1.3])),
+        "num_blocks": draw(st.integers(1, 4)),
+        "spawn_ratio": draw(st.sampled_from([0.25, 0.5, 0.85, 1.0])),
+        "pool_size": draw(st.integers(0, 8)),
+        "ngram_size": draw(st.sampled_from([None, 1, 2, 5])),
+        "key_size": draw(st.integers(1, 3)),
     }
+
+
+def _jacobi_settings(case) -> dict:
+    settings = {
+        "jacobi_block_size": case["block_size"],
+        "jacobi_num_blocks": case["num_blocks"],
+        "jacobi_spawn_ratio": case["spawn_ratio"],
+        "jacobi_ngram_pool_size": case["pool_size"],
+        "jacobi_ngram_key_size": case["key_size"],
+    }
+    if case["pool_size"]:
+        settings["jacobi_ngram_size"] = case["ngram_size"]
+    return settings
 
 
 def _check(case) -> None:
@@ -39,7 +58,7 @@ def _check(case) -> None:
         with pytest.raises(ValueError, match="max_new_tokens"):
             model.generate(ids, **kwargs)
         with pytest.raises(ValueError, match="max_new_tokens"):
-            model.generate(ids, decoding="jacobi", jacobi_block_size=case["block_size"], **kwargs)
+            model.generate(ids, decoding="jacobi", **_jacobi_settings(case), **kwargs)
         return
     if case["eos_from_output"]:
         # Make a token the model actually emits the EOS, so rows finish mid-block at different steps.
@@ -47,7 +66,7 @@ def _check(case) -> None:
         new = free[:, case["prompt_len"] :]
         kwargs["eos_token_id"] = int(new[0, new.shape[1] // 2])
     greedy = model.generate(ids, **kwargs)
-    jacobi = model.generate(ids, decoding="jacobi", jacobi_block_size=case["block_size"], **kwargs)
+    jacobi = model.generate(ids, decoding="jacobi", **_jacobi_settings(case), **kwargs)
     assert torch.equal(greedy, jacobi), case
 
 

@@ -56,7 +56,7 @@ def test_unknown_jacobi_setting(model, prompt):
     ("kwargs", "message"),
     [
         ({"num_beams": 2}, "num_beams must be 1, got 2"),
-        ({"do_sample": True}, "do_sample must be False"),
+        ({"do_sample": True, "num_beams": 2}, "num_beams must be 1, got 2"),
         ({"cache_implementation": "static"}, "cache_implementation='static'"),
         ({"output_scores": True, "return_dict_in_generate": True}, "output_scores must be False"),
         ({"output_hidden_states": True, "return_dict_in_generate": True}, "output_hidden_states must be False"),
@@ -115,6 +115,54 @@ def test_stop_strings_need_a_tokenizer(model, prompt):
 
 def test_config_is_a_frozen_validated_dataclass():
     assert JacobiConfig().block_size == 16
-    assert JacobiConfig.setting_names() == ("jacobi_block_size", "jacobi_draft_seed")
+    assert JacobiConfig.setting_names() == (
+        "jacobi_block_size",
+        "jacobi_num_blocks",
+        "jacobi_spawn_ratio",
+        "jacobi_ngram_pool_size",
+        "jacobi_verify_size",
+        "jacobi_ngram_size",
+        "jacobi_ngram_key_size",
+        "jacobi_draft_seed",
+    )
     with pytest.raises(ValueError, match="jacobi_draft_seed must be an integer"):
         JacobiConfig(draft_seed="x")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"jacobi_num_blocks": 0}, r"jacobi_num_blocks must be an integer >= 1, got 0"),
+        ({"jacobi_num_blocks": 1.5}, r"jacobi_num_blocks must be an integer >= 1, got 1.5"),
+        ({"jacobi_spawn_ratio": 0}, r"jacobi_spawn_ratio must be a number in \(0, 1\], got 0"),
+        ({"jacobi_spawn_ratio": 1.2}, r"jacobi_spawn_ratio must be a number in \(0, 1\], got 1.2"),
+        ({"jacobi_spawn_ratio": "high"}, r"jacobi_spawn_ratio must be a number in \(0, 1\], got 'high'"),
+        ({"jacobi_ngram_pool_size": -1}, r"jacobi_ngram_pool_size must be an integer >= 0, got -1"),
+        ({"jacobi_ngram_pool_size": 4, "jacobi_verify_size": 0}, r"jacobi_verify_size must be an integer >= 1"),
+        ({"jacobi_verify_size": 2}, r"jacobi_verify_size=2 has no effect without recycling.*jacobi_ngram_pool_size"),
+        ({"jacobi_ngram_pool_size": 2, "jacobi_ngram_size": 0}, r"jacobi_ngram_size must be an integer >= 1, got 0"),
+        ({"jacobi_ngram_key_size": 0}, r"jacobi_ngram_key_size must be an integer >= 1, got 0"),
+    ],
+)
+def test_multi_block_and_recycling_settings_are_validated(model, prompt, kwargs, message):
+    ids, mask = prompt
+    with pytest.raises(ValueError, match=message):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", **kwargs)
+
+
+def test_recycling_defaults_follow_the_block():
+    config = JacobiConfig(block_size=8, ngram_pool_size=3)
+    assert (config.candidates_per_step, config.candidate_length) == (3, 7)
+    assert JacobiConfig(block_size=1, ngram_pool_size=2, verify_size=1, ngram_size=4).candidates_per_step == 1
+    assert JacobiConfig().candidates_per_step == 0
+
+
+def test_settings_travel_in_generation_config(model, prompt):
+    ids, mask = prompt
+    config = GenerationConfig(
+        max_new_tokens=12, decoding="jacobi", jacobi_block_size=3, jacobi_num_blocks=2, jacobi_ngram_pool_size=2
+    )
+    out = model.generate(ids, attention_mask=mask, generation_config=config, return_dict_in_generate=True)
+    greedy = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    assert torch.equal(out.sequences, greedy)
+    assert out.forward_tokens is not None and out.recycled_tokens is not None

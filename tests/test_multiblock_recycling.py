@@ -1,0 +1,188 @@
+"""Multi-block chains and rejection recycling: their parts, and the loop with them staying identical to greedy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from hf_jacobi import enable_jacobi
+from hf_jacobi.decoding.acceptance import greedy_verdict
+from hf_jacobi.decoding.chain import DraftChain
+from hf_jacobi.decoding.kv import AttentionLayout, KVSlots
+from hf_jacobi.decoding.recycling import NgramPool
+from hf_jacobi.decoding.step_layout import Branch, StepLayout
+from tiny_models import EAGER_ONLY, FAMILIES, random_prompts, tiny_model
+
+# ---- the n-gram pool ----
+
+
+def test_pool_files_ngrams_under_every_key_suffix_and_prefers_the_longest():
+    pool = NgramPool(capacity=4, ngram_size=3, key_size=2)
+    pool.add([7, 8], [1, 2, 3])
+    pool.add([9, 8], [4, 5, 6])
+    # Context ending in 7, 8 matches the 2-token key first, then backs off to the 1-token key [8].
+    assert pool.candidates([7, 8], limit=4) == [(1, 2, 3), (4, 5, 6)]
+    assert pool.candidates([9, 8], limit=1) == [(4, 5, 6)]
+    assert pool.candidates([5], limit=4) == []
+
+
+def test_pool_keeps_the_most_recent_ngrams_per_key():
+    pool = NgramPool(capacity=2, ngram_size=2, key_size=1)
+    for ngram in ([1, 1], [2, 2], [3, 3]):
+        pool.add([0], ngram)
+    assert pool.candidates([0], limit=5) == [(3, 3), (2, 2)]
+    pool.add([0], [2, 2])  # seen again: moves to the front
+    assert pool.candidates([0], limit=5) == [(2, 2), (3, 3)]
+
+
+def test_pool_skips_what_the_draft_already_proposes_and_too_short_ngrams():
+    pool = NgramPool(capacity=4, ngram_size=3, key_size=1)
+    pool.add([0], [1, 2, 3])
+    pool.add([0], [1, 2, 4])
+    pool.add([0], [5])  # one token is not worth a branch
+    assert pool.candidates([0], limit=4, exclude=[1, 2, 3, 9]) == [(1, 2, 4)]
+
+
+def test_pool_add_sequence_keys_each_ngram_on_what_precedes_it():
+    pool = NgramPool(capacity=4, ngram_size=2, key_size=1)
+    pool.add_sequence([10, 11, 12, 13], first_start=1, last_start=2)
+    assert pool.candidates([10], limit=4) == [(11, 12)]
+    assert pool.candidates([11], limit=4) == [(12, 13)]
+    assert pool.candidates([12], limit=4) == []
+
+
+# ---- the multi-block chain ----
+
+
+def test_chain_rolls_and_spawns_a_block_once_the_newest_has_converged():
+    fresh = iter(range(100, 200))
+    chain = DraftChain([1, 2, 3, 4], block_size=4, max_blocks=2, spawn_ratio=0.75)
+    # Two tokens committed (1 and 2's successor); the predictions for the following positions equal the old drafts.
+    chain.advance(2, [3, 4], lambda k: [next(fresh) for _ in range(k)])
+    assert chain.blocks == 1  # only slots 0 and 1 converged: 2 of 4 < 3
+    assert chain.tokens == [3, 4, 100, 101]
+    chain.advance(1, [4, 100, 101, 55], lambda k: [next(fresh) for _ in range(k)])
+    assert chain.blocks == 2  # slots 0-2 unchanged: 3 of 4 >= 0.75 * 4
+    assert chain.width == 8
+    assert chain.tokens[:4] == [4, 100, 101, 55] and chain.tokens[4:] == [102, 103, 104, 105]
+    chain.advance(1, [100, 101, 55, 102, 103, 104, 105, 9], lambda k: [next(fresh) for _ in range(k)])
+    assert chain.blocks == 2  # capped at max_blocks
+
+
+# ---- the step layout ----
+
+
+def test_branches_see_column_zero_and_their_own_past_only():
+    layout = StepLayout([[5, 6, 7]], [[(8, 9), (6, 1)]], pad_id=0, device="cpu")
+    assert layout.tokens.tolist() == [[5, 6, 7, 8, 9, 6, 1]]
+    assert layout.levels.tolist() == [[0, 1, 2, 1, 2, 1, 2]]
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0, 0],
+            [1, 0, 0, 1, 0, 0, 0],
+            [1, 0, 0, 1, 1, 0, 0],
+            [1, 0, 0, 0, 0, 1, 0],
+            [1, 0, 0, 0, 0, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(layout.visible[0], expected)
+    assert layout.drafts_before(0, 2) == [6, 7]
+    assert layout.drafts_before(0, 4) == [8, 9]
+
+
+def test_short_rows_are_padded_with_columns_that_see_only_themselves():
+    layout = StepLayout([[5, 6, 7], [4]], [[], [(3,)]], pad_id=0, device="cpu")
+    assert layout.columns_used == [3, 2]
+    assert layout.tokens[1].tolist() == [4, 3, 0]
+    assert layout.visible[1].tolist() == [[True, False, False], [True, True, False], [False, False, True]]
+    assert layout.drafts_before(1, 2) is None
+
+
+def test_greedy_verdict_follows_the_branch_that_matches_longest():
+    # col0 predicts 6: the chain proposed 9 and stops there; the branch proposed 6, then 7 (predicted at col 3), and
+    # the prediction after its 7 (col 4) is the bonus.
+    branches = [Branch([0, 1, 2], [5, 9, 9]), Branch([0, 3, 4], [5, 6, 7])]
+    predictions = [6, 1, 0, 7, 2]
+    verdict = greedy_verdict(branches, predictions)
+    assert verdict.tokens == [6, 7, 2] and verdict.columns == [0, 3, 4] and verdict.branch == 1
+
+
+# ---- keeping a winning branch's KV ----
+
+
+def test_commit_columns_moves_the_winning_columns_to_the_front():
+    cache = DynamicCache()
+    keys = torch.arange(2 * 6, dtype=torch.float32).view(1, 1, 12, 1).repeat(2, 1, 1, 1)[:, :, :6]
+    cache.update(keys.clone(), keys.clone(), 0)
+    slots = KVSlots(
+        torch.ones(2, 2, dtype=torch.bool), torch.tensor([[0, 1], [0, 1]]), AttentionLayout(("full_attention",), None)
+    )
+    positions = torch.tensor([[2, 3, 4, 3], [2, 3, 4, 3]])
+    # Row 0 kept column 0 and the branch column 3; row 1 kept columns 0-2 of its chain.
+    slots.commit_columns(cache, [[0, 3, 1, 2], [0, 1, 2, 3]], [2, 3], positions)
+    layer = cache.layers[0]
+    assert layer.keys.shape[2] == 5  # the last column was kept by no row and is cropped
+    assert layer.keys[0, 0, 2:4, 0].tolist() == [2.0, 5.0]
+    assert layer.keys[1, 0, 2:5, 0].tolist() == [2.0, 3.0, 4.0]
+    assert slots.valid.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+    assert slots.positions[0, 2:4].tolist() == [2, 3]
+
+
+# ---- the loop ----
+
+
+@pytest.mark.parametrize("family", sorted(set(FAMILIES) - EAGER_ONLY))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_multi_block_and_recycling_match_greedy(family, batch):
+    model = enable_jacobi(tiny_model(family, 0))
+    ids, mask = random_prompts(batch, 9, seed=batch)
+    greedy = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=48)
+    for settings in (
+        {"jacobi_block_size": 4, "jacobi_num_blocks": 3, "jacobi_spawn_ratio": 0.5},
+        {"jacobi_block_size": 6, "jacobi_ngram_pool_size": 4},
+        {"jacobi_block_size": 5, "jacobi_num_blocks": 4, "jacobi_ngram_pool_size": 8, "jacobi_ngram_size": 3},
+        {"jacobi_block_size": 1, "jacobi_ngram_pool_size": 2, "jacobi_ngram_key_size": 1},
+    ):
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=48,
+            decoding="jacobi",
+            return_dict_in_generate=True,
+            **settings,
+        )
+        assert torch.equal(out.sequences, greedy), settings
+
+
+def test_recycling_wins_branches_and_saves_forwards_on_repetitive_text():
+    """The tiny Gemma falls into a loop; recycled n-grams must be accepted and cut the forwards."""
+    model = enable_jacobi(tiny_model("gemma", 0))
+    ids, mask = random_prompts(1, 9, seed=1)
+    common = dict(attention_mask=mask, do_sample=False, max_new_tokens=60, decoding="jacobi", jacobi_block_size=6)
+    plain = model.generate(ids, **common, return_dict_in_generate=True)
+    recycled = model.generate(ids, **common, jacobi_ngram_pool_size=4, return_dict_in_generate=True)
+    assert torch.equal(plain.sequences, recycled.sequences)
+    assert int(recycled.recycled_tokens[0]) > 0
+    assert int(recycled.forward_passes[0]) < int(plain.forward_passes[0])
+
+
+def test_extra_blocks_are_actually_in_flight():
+    model = enable_jacobi(tiny_model("llama", 0))
+    ids, mask = random_prompts(1, 9, seed=1)
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=60,
+        decoding="jacobi",
+        jacobi_block_size=4,
+        jacobi_num_blocks=3,
+        jacobi_spawn_ratio=0.5,
+        return_dict_in_generate=True,
+    )
+    assert float(out.forward_tokens[0]) / float(out.forward_passes[0]) > 4
