@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
-.PHONY: setup demo test test-fast test-integration lint format bench-overhead clean
+.PHONY: setup demo test test-fast test-integration lint format bench-overhead bench-variants clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ test-integration: setup
 
 bench-overhead: setup
 	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 6 --max-new-tokens 96 --block-sizes 8 16 32
+
+bench-variants: setup
+	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 4 --max-new-tokens 64 --block-sizes 8 16 32 64 \
+		--variants plain recycling multi-block both
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

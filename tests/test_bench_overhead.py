@@ -6,7 +6,7 @@ from transformers import BatchEncoding
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.bench.common import humaneval_prompts
-from hf_jacobi.bench.overhead import markdown_table, measure_prompt, summarize
+from hf_jacobi.bench.overhead import VARIANTS, markdown_table, measure_variant, run_greedy, summarize
 from tiny_models import random_prompts, tiny_model
 
 
@@ -16,23 +16,30 @@ def fake_tokenizer(text, return_tensors="pt"):
 
 
 def test_measure_and_summarize_on_a_tiny_model():
-    model = enable_jacobi(tiny_model("llama", 0))
+    model = enable_jacobi(tiny_model("gemma", 0))  # its output repeats, so recycling has something to find
+    greedy = [run_greedy(model, fake_tokenizer, f"t/{i}", "x" * (i + 1), max_new_tokens=24) for i in range(2)]
     results = [
-        measure_prompt(model, fake_tokenizer, f"t/{i}", "x" * (i + 1), block_size=4, max_new_tokens=16, repeats=2)
-        for i in range(2)
+        measure_variant(model, reference, variant, block_size=4, max_new_tokens=24, repeats=2)
+        for variant in VARIANTS
+        for reference in greedy
     ]
     for r in results:
         assert r.identical
         assert 1 <= r.forwards <= r.new_tokens - 1
         assert r.tokens_per_forward >= 1.0
         assert r.iteration_s > 0 and r.bare_forward_s > 0
-    (row,) = summarize(results)
-    assert row["block_size"] == 4 and row["prompts"] == 2
-    assert row["new_tokens"] == sum(r.new_tokens for r in results)
-    assert row["tokens_per_forward"] == row["new_tokens"] / row["forwards"]
-    assert row["all_identical"] is True
-    table = markdown_table([row])
-    assert table.count("\n") == 2 and "| 4 | 2 |" in table and "| yes |" in table
+        assert r.mean_width >= 4
+    rows = summarize(results)
+    assert [(row["variant"], row["block_size"]) for row in rows] == [(v, 4) for v in VARIANTS]
+    plain, recycling = rows[0], rows[1]
+    assert plain["vs_plain"] == 1.0 and plain["recycled_tokens"] == 0
+    assert recycling["recycled_tokens"] > 0 and recycling["vs_plain"] > 1.0
+    for row in rows:
+        assert row["new_tokens"] == sum(r.new_tokens for r in results if r.variant == row["variant"])
+        assert row["tokens_per_forward"] == row["new_tokens"] / row["forwards"]
+        assert row["all_identical"] is True
+    table = markdown_table(rows)
+    assert table.count("\n") == 1 + len(VARIANTS) and "| plain | 4 |" in table and "| yes |" in table
 
 
 def test_humaneval_prompts_come_from_the_package():

@@ -55,19 +55,21 @@ def test_pool_add_sequence_keys_each_ngram_on_what_precedes_it():
 # ---- the multi-block chain ----
 
 
-def test_chain_rolls_and_spawns_a_block_once_the_newest_has_converged():
+def test_chain_rolls_and_a_block_joins_once_the_newest_has_accepted_its_share():
     fresh = iter(range(100, 200))
+
+    def fill(count):
+        return [next(fresh) for _ in range(count)]
+
     chain = DraftChain([1, 2, 3, 4], block_size=4, max_blocks=2, spawn_ratio=0.75)
-    # Two tokens committed (1 and 2's successor); the predictions for the following positions equal the old drafts.
-    chain.advance(2, [3, 4], lambda k: [next(fresh) for _ in range(k)])
-    assert chain.blocks == 1  # only slots 0 and 1 converged: 2 of 4 < 3
-    assert chain.tokens == [3, 4, 100, 101]
-    chain.advance(1, [4, 100, 101, 55], lambda k: [next(fresh) for _ in range(k)])
-    assert chain.blocks == 2  # slots 0-2 unchanged: 3 of 4 >= 0.75 * 4
-    assert chain.width == 8
-    assert chain.tokens[:4] == [4, 100, 101, 55] and chain.tokens[4:] == [102, 103, 104, 105]
-    chain.advance(1, [100, 101, 55, 102, 103, 104, 105, 9], lambda k: [next(fresh) for _ in range(k)])
+    chain.advance(2, [3, 4], fill)  # two tokens committed: the predictions after them lead, fresh drafts follow
+    assert chain.blocks == 1 and chain.tokens == [3, 4, 100, 101]
+    chain.advance(1, [4, 100, 101, 55], fill)  # 3 accepted >= 0.75 * 4: a second block joins
+    assert chain.blocks == 2 and chain.width == 8
+    assert chain.tokens == [4, 100, 101, 55, 102, 103, 104, 105]
+    chain.advance(5, [9, 8, 7], fill)
     assert chain.blocks == 2  # capped at max_blocks
+    assert chain.tokens[:3] == [9, 8, 7] and len(chain.tokens) == 8
 
 
 # ---- the step layout ----

@@ -7,8 +7,9 @@ active block does. Blocks roll with the text: when a row commits t tokens, every
 its drafts, so a later block's progress is never thrown away when it becomes the active one (the paper's promotion,
 done continuously); and since the chain is causal, an accepted run can continue from one block into the next.
 
-A block is spawned once the newest one has `spawn_ratio` of its tokens converged (unchanged by the last iteration,
-counted from its start), so that new blocks start from a nearly settled context instead of noise.
+Blocks join one at a time: once the newest block has accepted `spawn_ratio` of its length (the row has committed that
+many tokens since it joined), the next one joins behind it, up to `max_blocks`. The first iterations, whose drafts are
+still random prompt tokens, are thus not spent on a wide chain.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ class DraftChain:
         self.max_blocks = max_blocks
         self.blocks = 1
         self.spawn_threshold = min(max(math.ceil(spawn_ratio * block_size), 1), block_size)
-        # converged[j]: the token at slot j was not changed by the last iteration (slot 0 is committed, so it is).
-        self.converged = [True] + [False] * (block_size - 1)
+        self.accepted_since_join = 0
 
     @property
     def width(self) -> int:
@@ -41,25 +41,12 @@ class DraftChain:
         Args:
             continuation: the new chain's leading tokens: the last committed token, then the model's predictions for the
                 positions after it, as far as the last forward reached.
-            fill: draws n fresh draft tokens for positions nothing has predicted yet.
+            fill: draws fresh draft tokens for positions nothing has predicted yet.
         """
-        old_tokens = self.tokens
-        converged = [True]
-        for j in range(1, len(continuation)):
-            old = taken + j
-            converged.append(old < len(old_tokens) and continuation[j] == old_tokens[old])
-        if self.blocks < self.max_blocks and self._newest_block_settled(converged):
+        self.accepted_since_join += taken
+        if self.blocks < self.max_blocks and self.accepted_since_join >= self.spawn_threshold:
             self.blocks += 1
+            self.accepted_since_join = 0
         width = self.blocks * self.block_size
         tokens = continuation[:width]
-        self.converged = (converged + [False] * width)[:width]
         self.tokens = tokens + fill(width - len(tokens))
-
-    def _newest_block_settled(self, converged: list[bool]) -> bool:
-        start = (self.blocks - 1) * self.block_size
-        settled = 0
-        for slot in range(start, start + self.block_size):
-            if slot >= len(converged) or not converged[slot]:
-                break
-            settled += 1
-        return settled >= self.spawn_threshold
