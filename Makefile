@@ -45,7 +45,7 @@ bench-overhead: setup
 
 bench-variants: setup
 	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 4 --max-new-tokens 64 --block-sizes 8 16 32 64 \
-		--variants plain recycling multi-block both
+		--variants plain recycling multi-block both --forward-costs 8 16 32 64 128 256
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -6,7 +6,14 @@ from transformers import BatchEncoding
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.bench.common import humaneval_prompts
-from hf_jacobi.bench.overhead import VARIANTS, markdown_table, measure_variant, run_greedy, summarize
+from hf_jacobi.bench.overhead import (
+    VARIANTS,
+    forward_cost_curve,
+    markdown_table,
+    measure_variant,
+    run_greedy,
+    summarize,
+)
 from tiny_models import random_prompts, tiny_model
 
 
@@ -46,3 +53,12 @@ def test_humaneval_prompts_come_from_the_package():
     prompts = humaneval_prompts(3)
     assert [task for task, _ in prompts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     assert all(prompt.lstrip().startswith(("from", "def", "import")) for _, prompt in prompts)
+
+
+def test_forward_cost_curve_is_relative_to_one_token():
+    model = tiny_model("llama", 0)
+    context, _ = random_prompts(1, 12, seed=0)
+    curve = forward_cost_curve(model, context, [1, 4, 20], repeats=2)
+    assert [point["tokens"] for point in curve] == [1, 4, 20]
+    assert curve[0]["vs_one_token"] == 1.0
+    assert all(point["forward_ms"] > 0 for point in curve)

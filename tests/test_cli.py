@@ -79,6 +79,51 @@ def test_rejects_non_positive_settings(flag: str, value: str, capsys: pytest.Cap
     assert repr(value) in err
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "accepted"),
+    [
+        ("--num-blocks", "0", "integer >= 1"),
+        ("--ngram-pool-size", "-1", "integer >= 0"),
+        ("--temperature", "0", "number > 0"),
+        ("--top-p", "1.5", "number in (0, 1]"),
+        ("--top-k", "-2", "integer >= 0"),
+    ],
+)
+def test_rejects_bad_decoding_settings(
+    flag: str, value: str, accepted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["generate", "hi", flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and repr(value) in err and accepted in err
+
+
+def test_sample_cannot_be_compared_with_greedy(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["generate", "hi", "--model", str(tiny_checkpoint), "--sample", "--compare"])
+    assert code == 1
+    assert "--compare" in capsys.readouterr().err
+
+
+def test_generate_with_recycling_and_blocks_matches_greedy(
+    tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["generate", "w1 w2 w1 w2", "--model", str(tiny_checkpoint), "--max-new-tokens", "16", "--no-chat-template"]
+    code = cli.main([*argv, "--compare", "--block-size", "3", "--num-blocks", "2", "--ngram-pool-size", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "identical: yes" in out and "blocks 2, n-gram pool 4" in out
+
+
+def test_generate_samples_reproducibly(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["generate", "w1 w2", "--model", str(tiny_checkpoint), "--max-new-tokens", "10", "--no-chat-template"]
+    outputs = []
+    for _ in range(2):
+        assert cli.main([*argv, "--sample", "--temperature", "1.3", "--top-k", "20", "--seed", "3"]) == 0
+        outputs.append(capsys.readouterr().out.split("jacobi:")[0])
+    assert outputs[0] == outputs[1]
+
+
 def test_demo_rejects_zero_prompts(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(["demo", "--prompts", "0"])

@@ -84,3 +84,30 @@ def test_stop_strings(embedded_model):
     jacobi = model.generate(**inputs, decoding="jacobi", jacobi_block_size=12, **kwargs)
     assert torch.equal(greedy, jacobi)
     assert greedy.shape[1] < inputs["input_ids"].shape[1] + 32
+
+
+def test_recycling_and_blocks_on_a_padded_batch_identical_and_fewer_forwards(embedded_model):
+    model, tokenizer = embedded_model
+    inputs = tokenizer([PROMPTS[0], chat(tokenizer, PROMPTS[1])], return_tensors="pt", padding=True)
+    greedy = model.generate(**inputs, max_new_tokens=48, do_sample=False)
+    common = dict(max_new_tokens=48, do_sample=False, decoding="jacobi", jacobi_block_size=8)
+    plain = model.generate(**inputs, **common, return_dict_in_generate=True)
+    both = model.generate(
+        **inputs, **common, jacobi_ngram_pool_size=4, jacobi_num_blocks=2, return_dict_in_generate=True
+    )
+    assert torch.equal(both.sequences, greedy)
+    assert int(both.recycled_tokens.sum()) > 0
+    assert int(both.forward_passes.sum()) < int(plain.forward_passes.sum())
+
+
+def test_sampling_on_the_embedded_model_is_seeded_and_well_formed(embedded_model):
+    model, tokenizer = embedded_model
+    inputs = tokenizer(chat(tokenizer, PROMPTS[2]), return_tensors="pt")
+    kwargs = dict(max_new_tokens=24, do_sample=True, temperature=0.8, top_p=0.95, decoding="jacobi")
+    torch.manual_seed(3)
+    first = model.generate(**inputs, **kwargs, jacobi_ngram_pool_size=2)
+    torch.manual_seed(3)
+    again = model.generate(**inputs, **kwargs, jacobi_ngram_pool_size=2)
+    assert torch.equal(first, again)
+    assert first.shape[1] > inputs["input_ids"].shape[1]
+    assert tokenizer.decode(first[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()

@@ -26,7 +26,15 @@ from transformers import (
 )
 
 from hf_jacobi import enable_jacobi, load_default_model
-from hf_jacobi.bench.common import MissingDataError, humaneval_prompts, positive_int, timed
+from hf_jacobi.bench.common import (
+    MissingDataError,
+    humaneval_prompts,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+    timed,
+)
 from hf_jacobi.models import DEFAULT_MODEL_NAME, ModelNotAvailableError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -138,21 +146,29 @@ def run_generate(args: argparse.Namespace) -> int:
     prompt_width = inputs["input_ids"].shape[1]
     warm_up(loaded, inputs)
 
+    if args.sample and args.compare:
+        raise CliError("--compare checks that Jacobi equals greedy decoding; it cannot be combined with --sample")
+    sampling = (
+        {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+        if args.sample
+        else {"do_sample": False}
+    )
+    torch.manual_seed(args.seed)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     jacobi, jacobi_s = timed(
         lambda: model.generate(
             **inputs,
             max_new_tokens=args.max_new_tokens,
-            do_sample=False,
             decoding="jacobi",
-            jacobi_block_size=args.block_size,
             return_dict_in_generate=True,
             streamer=streamer,
+            **sampling,
+            **jacobi_settings(args),
         )
     )
     tokens = new_token_counts(jacobi.sequences, prompt_width, loaded.eos_ids)[0]
     forwards = int(jacobi.forward_passes[0])
-    print(summary("jacobi", tokens, forwards, jacobi_s) + f" (block size {args.block_size})")
+    print(summary("jacobi", tokens, forwards, jacobi_s) + f" ({describe_settings(args)})")
     if not args.compare:
         return 0
 
@@ -162,6 +178,19 @@ def run_generate(args: argparse.Namespace) -> int:
     identical = greedy.shape == jacobi.sequences.shape and torch.equal(greedy, jacobi.sequences)
     print(f"identical: {'yes' if identical else 'no'}")
     return 0 if identical else 1
+
+
+def jacobi_settings(args: argparse.Namespace) -> dict[str, int]:
+    """The jacobi_* generate() kwargs the command line sets."""
+    return {
+        "jacobi_block_size": args.block_size,
+        "jacobi_num_blocks": args.num_blocks,
+        "jacobi_ngram_pool_size": args.ngram_pool_size,
+    }
+
+
+def describe_settings(args: argparse.Namespace) -> str:
+    return f"block size {args.block_size}, blocks {args.num_blocks}, n-gram pool {args.ngram_pool_size}"
 
 
 def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
@@ -195,8 +224,8 @@ def run_demo(args: argparse.Namespace) -> int:
     model, tokenizer = loaded.model, loaded.tokenizer
     print(f"# hf-jacobi demo: greedy vs Jacobi decoding on HumanEval\n\n{loaded.describe(args.dtype)}")
     print(
-        f"settings: first {args.prompts} HumanEval prompts (raw completion, no chat template), block size "
-        f"{args.block_size}, max new tokens {args.max_new_tokens}, batch {args.batch}\n"
+        f"settings: first {args.prompts} HumanEval prompts (raw completion, no chat template), "
+        f"{describe_settings(args)}, max new tokens {args.max_new_tokens}, batch {args.batch}\n"
         "forwards are decoding forwards, prefill excluded (greedy: new tokens - 1)\n"
     )
 
@@ -222,8 +251,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 max_new_tokens=args.max_new_tokens,
                 do_sample=False,
                 decoding="jacobi",
-                jacobi_block_size=args.block_size,
                 return_dict_in_generate=True,
+                **jacobi_settings(args),
             )
         )
         jacobi_s += seconds
@@ -280,6 +309,15 @@ def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) ->
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi block size n (default 16)")
     parser.add_argument(
+        "--num-blocks", type=positive_int, default=1, help="Jacobi blocks in flight at most (default 1)"
+    )
+    parser.add_argument(
+        "--ngram-pool-size",
+        type=non_negative_int,
+        default=0,
+        help="rejection recycling: n-grams kept per key, 0 = off (default 0)",
+    )
+    parser.add_argument(
         "--max-new-tokens",
         type=positive_int,
         default=max_new_tokens,
@@ -296,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(generate, max_new_tokens=128)
     generate.add_argument("--compare", action="store_true", help="also run greedy and check the outputs are identical")
     generate.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
+    generate.add_argument("--sample", action="store_true", help="sample (exactly as generate would) instead of greedy")
+    generate.add_argument("--temperature", type=positive_float, default=1.0, help="with --sample (default 1.0)")
+    generate.add_argument("--top-p", type=probability, default=1.0, help="with --sample (default 1.0)")
+    generate.add_argument("--top-k", type=non_negative_int, default=0, help="with --sample, 0 = off (default 0)")
+    generate.add_argument("--seed", type=int, default=0, help="torch seed, for reproducible sampling (default 0)")
     generate.set_defaults(handler=run_generate)
 
     demo = commands.add_parser("demo", help="greedy vs Jacobi forwards on HumanEval prompts")

@@ -61,3 +61,36 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
     return number
+
+
+def non_negative_int(value: str) -> int:
+    """An integer >= 0, reported like `positive_int`."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value!r}")
+    return number
+
+
+def probability(value: str) -> float:
+    """A number in (0, 1]."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value!r}") from None
+    if not 0.0 < number <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value!r}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    """A number > 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {value!r}") from None
+    if not number > 0.0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {value!r}")
+    return number

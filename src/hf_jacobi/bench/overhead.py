@@ -82,6 +82,16 @@ def block_forward_seconds(model, context: torch.Tensor, width: int, repeats: int
     return statistics.median(times)
 
 
+def forward_cost_curve(model, context: torch.Tensor, widths: list[int], repeats: int) -> list[dict]:
+    """Median time of a bare forward of each width on the same cache, and its ratio to a one-token forward."""
+    one = block_forward_seconds(model, context, 1, repeats)
+    rows = []
+    for width in widths:
+        seconds = one if width == 1 else block_forward_seconds(model, context, width, repeats)
+        rows.append({"tokens": width, "forward_ms": 1000 * seconds, "vs_one_token": seconds / one})
+    return rows
+
+
 @dataclass
 class GreedyRun:
     """One prompt's greedy reference: its inputs, output, wall time and prefill time."""
@@ -205,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         "--variants", nargs="+", choices=list(VARIANTS), default=["plain"], help="Jacobi variants to measure"
     )
     parser.add_argument("--repeats", type=positive_int, default=5, help="timed repeats of the bare forward")
+    parser.add_argument(
+        "--forward-costs",
+        type=positive_int,
+        nargs="*",
+        default=[],
+        metavar="TOKENS",
+        help="also time bare forwards of these widths against a one-token forward (the cost curve)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write per-prompt results and the summary here")
     args = parser.parse_args(argv)
 
@@ -232,8 +250,17 @@ def main(argv: list[str] | None = None) -> int:
         + "; ".join(f"{v} = {VARIANTS[v] or 'block only'}" for v in args.variants)
     )
     print(markdown_table(rows))
+    curve = []
+    if args.forward_costs:
+        context = greedy[0].sequences[:, : greedy[0].inputs["input_ids"].shape[1] + args.max_new_tokens // 2]
+        curve = forward_cost_curve(model, context, sorted(set([1, *args.forward_costs])), args.repeats)
+        print(f"\nForward cost against tokens in the forward (cache of {context.shape[1]} tokens):\n")
+        print("| tokens | forward ms | x one-token forward |\n|---|---|---|")
+        for point in curve:
+            print(f"| {point['tokens']} | {point['forward_ms']:.1f} | {point['vs_one_token']:.2f} |")
     if args.json:
-        args.json.write_text(json.dumps({"summary": rows, "prompts": [asdict(r) for r in results]}, indent=2))
+        summary = {"summary": rows, "forward_costs": curve, "prompts": [asdict(r) for r in results]}
+        args.json.write_text(json.dumps(summary, indent=2))
     return 0 if all(r["all_identical"] for r in rows) else 1
 
 
