@@ -1,11 +1,13 @@
-"""The Jacobi decoding loop: the one place where blocks are drafted, verified and committed.
+"""The Jacobi decoding loop: the one place where drafts are proposed, verified and committed.
 
 It runs as a `custom_generate` callable, so generate() has already resolved the generation config, built the logits
-processors and stopping criteria, and prepared the prompt's attention mask and position ids. Each iteration feeds
-every active row's block [last committed token, drafts...] through one forward, takes the tokens greedy would choose at
-every block position, commits the longest run that matches the drafts plus one, and turns the rest of the predictions
-into the next drafts (the Jacobi update). Rows commit different numbers of tokens; `KVSlots` keeps the shared cache
-consistent with per-row holes.
+processors (sampling warpers included) and stopping criteria, and prepared the prompt's attention mask and position
+ids. Each iteration feeds every active row's draft chain [last committed token, drafts...] (one or more blocks,
+`DraftChain`) and its recycled candidate n-grams (`NgramPool`) through one forward (`StepLayout`), processes the
+scores at every column with the context the reference decoding would have had, and lets the acceptance rule walk the
+proposals (`greedy_verdict` or `sampled_verdict`). The row commits the accepted tokens plus one, keeps their KV, feeds
+the pool, and turns the rest of the predictions into the next drafts (the Jacobi update). Rows commit different
+numbers of tokens; `KVSlots` keeps the shared cache consistent with per-row holes.
 """
 
 from __future__ import annotations
