@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import DynamicCache
+from transformers.generation.streamers import BaseStreamer
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.decoding.acceptance import greedy_verdict
@@ -188,3 +189,47 @@ def test_extra_blocks_are_actually_in_flight():
         return_dict_in_generate=True,
     )
     assert float(out.forward_tokens[0]) / float(out.forward_passes[0]) > 4
+
+
+class _Columns(BaseStreamer):
+    def __init__(self) -> None:
+        self.columns: list[list[int]] = []
+
+    def put(self, value) -> None:
+        self.columns.append(value.tolist())
+
+    def end(self) -> None:
+        self.columns.append([])
+
+
+@pytest.mark.parametrize(
+    "processing",
+    [
+        {"repetition_penalty": 1.3},
+        {"no_repeat_ngram_size": 3},
+        {"min_new_tokens": 10},
+        {"bad_words_ids": [[5], [7, 8]]},
+        {"sequence_bias": {(9,): 2.0}},
+        {"eos_token_id": None},
+    ],
+    ids=lambda p: next(iter(p)),
+)
+def test_processors_and_streamer_with_branches_and_blocks(processing):
+    """Candidate branches are processed with their own contexts; streamers still see greedy's columns."""
+    model = enable_jacobi(tiny_model("gemma", 0))
+    ids, mask = random_prompts(3, 9, seed=5)
+    kwargs = dict(attention_mask=mask, do_sample=False, max_new_tokens=40, pad_token_id=0, **processing)
+    greedy_stream, jacobi_stream = _Columns(), _Columns()
+    greedy = model.generate(ids, streamer=greedy_stream, **kwargs)
+    jacobi = model.generate(
+        ids,
+        streamer=jacobi_stream,
+        decoding="jacobi",
+        jacobi_block_size=5,
+        jacobi_ngram_pool_size=4,
+        jacobi_num_blocks=2,
+        jacobi_spawn_ratio=0.4,
+        **kwargs,
+    )
+    assert torch.equal(greedy, jacobi)
+    assert greedy_stream.columns == jacobi_stream.columns

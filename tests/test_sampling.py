@@ -18,6 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from hf_jacobi import enable_jacobi
 from hf_jacobi.decoding import acceptance, loop
 from hf_jacobi.decoding.step_layout import Branch
+from tiny_models import PAD, random_prompts, tiny_model
 
 VOCAB = 6
 NEW_TOKENS = 4
@@ -188,3 +189,29 @@ def test_recursive_rejection_over_several_proposals_keeps_the_distribution():
     expected = p * draws
     statistic = float(((counts.double() - expected) ** 2 / expected).sum())
     assert float(torch.special.gammaincc(torch.tensor(1.5, dtype=torch.float64), torch.tensor(statistic / 2))) > 0.01
+
+
+def test_sampling_in_a_padded_batch_stops_rows_at_eos_and_pads_after():
+    model = enable_jacobi(tiny_model("llama", 0))
+    ids, mask = random_prompts(4, 9, seed=3)
+    eos = 17
+    torch.manual_seed(0)
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=True,
+        top_k=3,
+        max_new_tokens=30,
+        eos_token_id=eos,
+        pad_token_id=PAD,
+        decoding="jacobi",
+        jacobi_block_size=4,
+        jacobi_ngram_pool_size=3,
+        return_dict_in_generate=True,
+    )
+    new = out.sequences[:, ids.shape[1] :]
+    for row, forwards in zip(new.tolist(), out.forward_passes.tolist(), strict=True):
+        if eos in row:
+            assert all(token == PAD for token in row[row.index(eos) + 1 :])
+        # Only a row whose first token (sampled from the prefill) ends it needs no decoding forward.
+        assert (forwards == 0) == (row[0] == eos)
