@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from hf_jacobi import enable_jacobi
 from hf_jacobi.decoding import acceptance, loop
 from hf_jacobi.decoding.step_layout import Branch
-from tiny_models import PAD, random_prompts, tiny_model
+from tiny_models import PAD, TINY_CONFIG, random_prompts, tiny_model
 
 VOCAB = 6
 NEW_TOKENS = 4
@@ -29,23 +29,19 @@ PROMPT = [3, 4, 5, 3, 4, 1, 3, 4]
 
 
 def small_vocab_model() -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        initializer_range=0.3,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
+    settings = {
+        **TINY_CONFIG,
+        "vocab_size": VOCAB,
+        "initializer_range": 0.3,
+        "bos_token_id": None,
+        "eos_token_id": None,
+    }
+    config = LlamaConfig(**settings)
     config._attn_implementation = "sdpa"
     torch.manual_seed(7)
     model = LlamaForCausalLM(config).eval()
     model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
+    model.generation_config.pad_token_id = PAD
     return enable_jacobi(model)
 
 
@@ -87,7 +83,8 @@ def chi_square_p_value(samples: torch.Tensor, expected: dict[tuple[int, ...], fl
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(statistic / 2)))
 
 
-def jacobi_samples(model, seed: int, **jacobi) -> torch.Tensor:
+def draw_samples(model, seed: int, **kwargs) -> torch.Tensor:
+    """SAMPLES continuations of PROMPT under seed `seed`: ancestral unless kwargs ask for decoding="jacobi"."""
     torch.manual_seed(seed)
     ids = torch.tensor([PROMPT]).repeat(SAMPLES, 1)
     out = model.generate(
@@ -97,10 +94,13 @@ def jacobi_samples(model, seed: int, **jacobi) -> torch.Tensor:
         temperature=TEMPERATURE,
         top_k=0,
         max_new_tokens=NEW_TOKENS,
-        decoding="jacobi",
-        **jacobi,
+        **kwargs,
     )
     return out[:, len(PROMPT) :]
+
+
+def jacobi_samples(model, seed: int, **jacobi) -> torch.Tensor:
+    return draw_samples(model, seed, decoding="jacobi", **jacobi)
 
 
 SETTINGS = {
@@ -133,17 +133,7 @@ def test_jacobi_sampling_matches_ancestral_distribution(model_and_truth, name):
 def test_ancestral_sampling_passes_the_same_test(model_and_truth):
     """The exact reference and the test statistic agree with stock generate()'s own sampler."""
     model, truth = model_and_truth
-    torch.manual_seed(2)
-    ids = torch.tensor([PROMPT]).repeat(SAMPLES, 1)
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        do_sample=True,
-        temperature=TEMPERATURE,
-        top_k=0,
-        max_new_tokens=NEW_TOKENS,
-    )
-    assert chi_square_p_value(out[:, len(PROMPT) :], truth) > 0.01
+    assert chi_square_p_value(draw_samples(model, seed=2), truth) > 0.01
 
 
 def resample_without_removing(branches: list[Branch], scores: torch.Tensor) -> acceptance.Verdict:

@@ -28,7 +28,7 @@ VOCAB = 128
 EOS = 2
 PAD = 0
 
-_COMMON = dict(
+TINY_CONFIG = dict(
     vocab_size=VOCAB,
     hidden_size=32,
     intermediate_size=64,
@@ -66,7 +66,7 @@ EAGER_ONLY = {"gemma2"}
 def tiny_model(family: str, seed: int = 0, attn_implementation: str = "sdpa"):
     """An eval-mode float32 model; cached, so tests must not modify it (enable_jacobi is fine: it is idempotent)."""
     config_cls, model_cls, extra = FAMILIES[family]
-    config = config_cls(**{**_COMMON, **extra})
+    config = config_cls(**{**TINY_CONFIG, **extra})
     if family in EAGER_ONLY:
         attn_implementation = "eager"
     config._attn_implementation = attn_implementation

@@ -52,45 +52,28 @@ def timed(call: Callable[[], T]) -> tuple[T, float]:
     return result, time.perf_counter() - start
 
 
-def positive_int(value: str) -> int:
-    """An integer >= 1; argparse turns the ArgumentTypeError into `error: argument --x: ...` and exit code 2."""
+def _parsed(value: str, convert: Callable[[str], float], accepted: str, ok: Callable[[float], bool]):
+    """`value` converted and checked; argparse turns the ArgumentTypeError into `error: argument --x: ...`, exit 2."""
     try:
-        number = int(value)
+        number = convert(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}")
+        number = None
+    if number is None or not ok(number):
+        raise argparse.ArgumentTypeError(f"must be {accepted}, got {value!r}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return _parsed(value, int, "an integer >= 1", lambda n: n >= 1)
 
 
 def non_negative_int(value: str) -> int:
-    """An integer >= 0, reported like `positive_int`."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value!r}")
-    return number
+    return _parsed(value, int, "an integer >= 0", lambda n: n >= 0)
 
 
 def probability(value: str) -> float:
-    """A number in (0, 1]."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value!r}") from None
-    if not 0.0 < number <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value!r}")
-    return number
+    return _parsed(value, float, "a number in (0, 1]", lambda p: 0.0 < p <= 1.0)
 
 
 def positive_float(value: str) -> float:
-    """A number > 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {value!r}") from None
-    if not number > 0.0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {value!r}")
-    return number
+    return _parsed(value, float, "a number > 0", lambda x: x > 0.0)
