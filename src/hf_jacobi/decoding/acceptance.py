@@ -16,6 +16,7 @@ The walk ends when no branch proposes the chosen token; that token is the bonus,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,18 +45,7 @@ class Verdict:
 
 def greedy_verdict(branches: list[Branch], predictions: list[int]) -> Verdict:
     """Longest run of proposals that greedy decoding would have produced; `predictions` is the argmax per column."""
-    alive = list(range(len(branches)))
-    level = 0
-    tokens: list[int] = []
-    while True:
-        chosen = predictions[branches[alive[0]].columns[level]]
-        tokens.append(chosen)
-        following = [b for b in alive if len(branches[b]) > level + 1 and branches[b].tokens[level + 1] == chosen]
-        if not following:
-            break
-        alive = following
-        level += 1
-    return Verdict(tokens, branches[alive[0]].columns[: level + 1], alive[0])
+    return _walk(branches, lambda column, proposed: predictions[column])
 
 
 def sampled_verdict(branches: list[Branch], scores: torch.Tensor) -> Verdict:
@@ -63,27 +53,37 @@ def sampled_verdict(branches: list[Branch], scores: torch.Tensor) -> Verdict:
 
     Uses torch's default CPU generator, so `torch.manual_seed` makes runs reproducible.
     """
+
+    def choose(column: int, proposed: list[int]) -> int:
+        remaining = torch.softmax(scores[column].to(device="cpu", dtype=torch.float64), dim=-1)
+        for token in proposed:
+            mass = float(remaining.sum())
+            if mass > 0 and float(torch.rand((), dtype=torch.float64)) * mass < float(remaining[token]):
+                return token
+            remaining[token] = 0.0
+        # Every proposal was rejected and has no mass left, so the draw never picks one: the walk ends here.
+        return int(torch.multinomial(remaining, 1))
+
+    return _walk(branches, choose)
+
+
+def _walk(branches: list[Branch], choose: Callable[[int, list[int]], int]) -> Verdict:
+    """Follows the proposal tree from column 0 while some branch proposes the token `choose` picks.
+
+    choose(column, proposed) returns the token at the level after `column`, given the distinct tokens the branches
+    still alive propose there (in branch order).
+    """
     alive = list(range(len(branches)))
     level = 0
     tokens: list[int] = []
     while True:
-        column = branches[alive[0]].columns[level]
-        remaining = torch.softmax(scores[column].to(device="cpu", dtype=torch.float64), dim=-1)
-        proposed = []
-        for b in alive:
-            if len(branches[b]) > level + 1 and branches[b].tokens[level + 1] not in proposed:
-                proposed.append(branches[b].tokens[level + 1])
-        chosen = None
-        for token in proposed:
-            mass = float(remaining.sum())
-            if mass > 0 and float(torch.rand((), dtype=torch.float64)) * mass < float(remaining[token]):
-                chosen = token
-                break
-            remaining[token] = 0.0
-        if chosen is None:
-            tokens.append(int(torch.multinomial(remaining, 1)))
-            break
+        longer = [b for b in alive if len(branches[b]) > level + 1]
+        proposed = list(dict.fromkeys(branches[b].tokens[level + 1] for b in longer))
+        chosen = choose(branches[alive[0]].columns[level], proposed)
         tokens.append(chosen)
-        alive = [b for b in alive if len(branches[b]) > level + 1 and branches[b].tokens[level + 1] == chosen]
+        following = [b for b in longer if branches[b].tokens[level + 1] == chosen]
+        if not following:
+            break
+        alive = following
         level += 1
     return Verdict(tokens, branches[alive[0]].columns[: level + 1], alive[0])

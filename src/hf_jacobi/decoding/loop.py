@@ -216,7 +216,6 @@ def jacobi_decode(
                 verdict = sampled_verdict(branches, scores[local])
             else:
                 verdict = greedy_verdict(branches, predictions[local])
-            chain_tokens = chains[row].tokens
             taken = commit(row, verdict.tokens)
             forward_passes[row] += 1
             forward_tokens[row] += step.columns_used[local]
@@ -227,7 +226,7 @@ def jacobi_decode(
             orders.append(kept + [c for c in range(step.width) if c not in kept_set])
             keeps.append(len(kept))
             if row in pools:
-                _harvest(pools[row], texts[row], taken, chain_tokens, predictions[local], branches[0])
+                _harvest(pools[row], texts[row], taken, branches[0], predictions[local])
             continuation = _continuation(branches, verdict, predictions[local], taken)
             chains[row].advance(taken, continuation, lambda count, row=row: drafter.draw(row, count))
             positions[row] += taken
@@ -260,9 +259,7 @@ def _candidates(pool: NgramPool | None, text: list[int], chain: list[int], confi
     return pool.candidates(text[-config.ngram_key_size :], config.candidates_per_step, exclude=chain[1:])
 
 
-def _harvest(
-    pool: NgramPool, text: list[int], taken: int, chain: list[int], predictions: list[int], chain_branch: Branch
-) -> None:
+def _harvest(pool: NgramPool, text: list[int], taken: int, chain: Branch, predictions: list[int]) -> None:
     """Feeds the pool what this step produced: the newly committed text and the chain's rejected tail.
 
     The rejected tail starts where the chain's own drafts stop matching the model; it is keyed on the draft tokens
@@ -270,13 +267,11 @@ def _harvest(
     """
     size = pool.ngram_size
     pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
-    matched = 0
-    while matched + 1 < len(chain) and chain[matched + 1] == predictions[chain_branch.columns[matched]]:
-        matched += 1
+    matched = greedy_verdict([chain], predictions).accepted
     if matched + 1 < len(chain):
-        # Text before this step ends with chain[0]; the drafts follow it.
+        # Text before this step ends with chain.tokens[0]; the drafts follow it.
         context = text[max(0, len(text) - taken - pool.key_size) : len(text) - taken]
-        pool.add_sequence(context + chain[1:], first_start=len(context) + matched)
+        pool.add_sequence(context + chain.tokens[1:], first_start=len(context) + matched)
 
 
 def _continuation(branches: list[Branch], verdict: Verdict, predictions: list[int], taken: int) -> list[int]:

@@ -9,6 +9,7 @@ columns are padded with columns that see only themselves and are never kept.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -64,14 +65,18 @@ class StepLayout:
         self.levels = _padded(level_rows, width, 0, device)
         branch_ids = _padded(branch_rows, width, -1, device)
         self.visible = _visibility(branch_ids, self.levels)
-        self._where = [
-            {column: (b, level) for b, branch in enumerate(branches) for level, column in enumerate(branch.columns)}
-            for branches in self.branches
-        ]
 
     @property
     def width(self) -> int:
         return self.tokens.shape[1]
+
+    @functools.cached_property
+    def _where(self) -> list[dict[int, tuple[int, int]]]:
+        """Per row, the (branch, level) of each column; only context-dependent logits processors need it."""
+        return [
+            {column: (b, level) for b, branch in enumerate(branches) for level, column in enumerate(branch.columns)}
+            for branches in self.branches
+        ]
 
     def drafts_before(self, row: int, column: int) -> list[int] | None:
         """The draft tokens a column's prediction is conditioned on after the committed text; None for padding."""
