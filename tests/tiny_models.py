@@ -6,6 +6,7 @@ random logits would otherwise be decided by float rounding rather than by the de
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import torch
@@ -92,3 +93,26 @@ def random_prompts(batch: int, max_len: int, seed: int, pad_rows: bool = True) -
             ids[row, :pad] = PAD
             mask[row, :pad] = 0
     return ids, mask
+
+
+def fresh_tiny_model(family: str = "llama", seed: int = 0, attn_implementation: str = "sdpa"):
+    """An uncached copy, for tests that train or otherwise change the weights."""
+    model = copy.deepcopy(tiny_model(family, seed, attn_implementation))
+    return model
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer over the tiny vocabulary ("t3" ... "t127"), with a chat template and the special ids the
+    tiny models use; trainers and collection need a real tokenizer object."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<s>": 1, "</s>": EOS, **{f"t{i}": i for i in range(3, VOCAB)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<pad>"
+    )
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tokenizer.padding_side = "left"
+    return tokenizer

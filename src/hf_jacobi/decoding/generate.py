@@ -32,12 +32,15 @@ def enable_jacobi(model):
 
     @functools.wraps(original)
     def generate(*args: Any, **kwargs: Any):
+        recorder = kwargs.pop("trajectory_recorder", None)
         decoding, settings = split_jacobi_kwargs(kwargs)
         passed_config = kwargs.get("generation_config")
         model_config = getattr(model, "generation_config", None)
         # Settings are validated even when decoding greedily, so a typo never passes silently.
         jacobi_config = resolve_jacobi_config(passed_config, model_config, settings)
         if resolve_decoding(decoding, passed_config, model_config) == "greedy":
+            if recorder is not None:
+                raise ValueError("trajectory_recorder records Jacobi iterations: it needs decoding='jacobi'.")
             return original(*args, **kwargs)
         if kwargs.get("custom_generate") is not None:
             raise ValueError("decoding='jacobi' cannot be combined with custom_generate.")
@@ -48,7 +51,9 @@ def enable_jacobi(model):
         if kwargs.get("synced_gpus"):
             raise ValueError("decoding='jacobi' does not support synced_gpus=True (FSDP/ZeRO-3 sharded generation).")
         _route_stop_strings(kwargs, passed_config, model_config)
-        kwargs["jacobi_runtime"] = JacobiRuntime(config=jacobi_config, streamer=kwargs.get("streamer"))
+        kwargs["jacobi_runtime"] = JacobiRuntime(
+            config=jacobi_config, streamer=kwargs.get("streamer"), recorder=recorder
+        )
         return original(*args, custom_generate=jacobi_decode, **kwargs)
 
     setattr(model, _ENABLED_FLAG, original)

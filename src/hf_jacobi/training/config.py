@@ -1,0 +1,89 @@
+"""Settings of a Jacobi Forcing run: an `SFTConfig` with the method's own knobs and the paper's optimizer defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import SFTConfig
+
+from ..data.schedule import NOISE_SCHEDULES, check_schedule
+from .losses import CONSISTENCY_NORMALIZATIONS
+
+
+@dataclass
+class JacobiForcingConfig(SFTConfig):
+    """
+    Configuration class for [`JacobiForcingTrainer`].
+
+    Only the settings specific to Jacobi Forcing are listed; see [`trl.SFTConfig`] and
+    [`transformers.TrainingArguments`] for the rest. Defaults that differ from `SFTConfig` follow the paper
+    (AdamW betas (0.9, 0.95), no weight decay, 3% warmup, cosine decay, learning rate 1e-5) or the data: trajectory
+    datasets are already tokenized, so dataset preparation is skipped and no column is removed.
+
+    Args:
+        noise_schedule (`str`, *optional*, defaults to `"progressive"`):
+            How the noisy state of each block is chosen: "progressive" (noise rising linearly over a window of blocks,
+            the paper's best), "random" or "reverse".
+        noise_window (`int`, *optional*, defaults to `16`):
+            Window W of the schedule, in blocks (the paper's n16w16 and n32w16 recipes use 16).
+        ar_loss_weight (`float`, *optional*, defaults to `1.0`):
+            Weight lambda of the autoregressive loss: total = consistency + lambda * AR. The reference uses 1 in one
+            trainer and 10 in another.
+        consistency_normalization (`str`, *optional*, defaults to `"blocks"`):
+            "blocks": average over each block's noisy tokens, then over blocks (the paper's); "tokens": average over
+            all noisy tokens.
+        prompt_ar_loss (`bool`, *optional*, defaults to `True`):
+            Whether prompt tokens also get next-token loss, as in the reference.
+    """
+
+    noise_schedule: str = field(
+        default="progressive",
+        metadata={"help": f"Noise schedule: one of {list(NOISE_SCHEDULES)}.", "choices": list(NOISE_SCHEDULES)},
+    )
+    noise_window: int = field(default=16, metadata={"help": "Window of the noise schedule, in blocks."})
+    ar_loss_weight: float = field(
+        default=1.0, metadata={"help": "Weight of the AR loss: total = consistency + ar_loss_weight * AR."}
+    )
+    consistency_normalization: str = field(
+        default="blocks",
+        metadata={
+            "help": "'blocks': mean over each block's noisy tokens, then over blocks; 'tokens': mean over all.",
+            "choices": list(CONSISTENCY_NORMALIZATIONS),
+        },
+    )
+    prompt_ar_loss: bool = field(default=True, metadata={"help": "Whether prompt tokens get next-token loss."})
+
+    # Defaults that differ from SFTConfig.
+    learning_rate: float = field(default=1e-5, metadata={"help": "Initial AdamW learning rate."})
+    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW beta2."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning rate schedule."})
+    warmup_ratio: float = field(default=0.03, metadata={"help": "Share of steps spent warming up."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Must stay False: the collator reads the trajectory columns."}
+    )
+    dataset_kwargs: dict[str, Any] | str | None = field(
+        default_factory=lambda: {"skip_prepare_dataset": True},
+        metadata={"help": "Trajectory datasets are tokenized already: preparation is skipped."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_schedule(self.noise_schedule, self.noise_window)
+        if self.consistency_normalization not in CONSISTENCY_NORMALIZATIONS:
+            raise ValueError(
+                f"consistency_normalization must be one of {list(CONSISTENCY_NORMALIZATIONS)}, "
+                f"got {self.consistency_normalization!r}."
+            )
+        if not self.ar_loss_weight >= 0:
+            raise ValueError(f"ar_loss_weight must be >= 0, got {self.ar_loss_weight!r}.")
+        if self.remove_unused_columns:
+            raise ValueError(
+                "remove_unused_columns=True would drop the trajectory columns the Jacobi Forcing collator reads; "
+                "set it to False."
+            )
+        if not (self.dataset_kwargs or {}).get("skip_prepare_dataset", False):
+            raise ValueError(
+                "Jacobi Forcing trains on tokenized trajectories: dataset_kwargs must keep skip_prepare_dataset=True, "
+                f"got {self.dataset_kwargs!r}."
+            )

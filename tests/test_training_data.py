@@ -1,0 +1,247 @@
+"""Trajectories, the noise schedule, packing and the noise-aware mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_jacobi import enable_jacobi
+from hf_jacobi.data.masks import CLEAN, NOISY, PROMPT, noise_aware_mask, training_attention_mask
+from hf_jacobi.data.masks import PAD as PAD_SEGMENT
+from hf_jacobi.data.packing import IGNORE_INDEX, JacobiForcingCollator, pack_trajectory
+from hf_jacobi.data.schedule import choose_states, target_noise
+from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_mismatch, noise_level
+from hf_jacobi.decoding.kv import AttentionLayout
+from tiny_models import EOS, FAMILIES, PAD, random_prompts, tiny_model
+
+# --- trajectories ----------------------------------------------------------------------------------------------------
+
+
+def test_block_states_rebuilds_fixed_blocks_from_rolling_chains():
+    generated = [10, 11, 12, 13, 14, 15, 16, 17]
+    steps = [
+        (0, [10, 90, 91, 92]),  # first drafts of positions 1-3
+        (1, [11, 12, 93, 94]),  # position 4 first drafted as 94
+        (3, [13, 14, 15, 95]),  # positions 5 and 6 first drafted as 15 and 95
+        (6, [16, 17, 96, 97]),  # position 7 first drafted as 17
+    ]
+    blocks = block_states(steps, generated, block_size=4)
+    assert blocks == [
+        # position 0 is the prefill's token, never a draft; the step at 0 shows the initial draft again (deduplicated)
+        [[10, 90, 91, 92], [10, 11, 12, 93], [10, 11, 12, 13]],
+        # the initial draft holds each position's first draft, even those drafted after the block started converging
+        [[94, 15, 95, 17], [14, 15, 95, 17], [14, 15, 16, 17]],
+    ]
+
+
+def test_block_states_drops_a_trailing_partial_block_and_appends_the_fixed_point():
+    blocks = block_states([(0, [5, 6, 7])], [5, 6, 8, 9, 4], block_size=3)
+    assert blocks == [[[5, 6, 7], [5, 6, 8]]]
+
+
+def test_noise_level_and_first_mismatch():
+    fixed = [1, 2, 3, 4]
+    assert first_mismatch([1, 2, 3, 4], fixed) == 4 and noise_level([1, 2, 3, 4], fixed) == 0
+    assert first_mismatch([1, 2, 9, 4], fixed) == 2 and noise_level([1, 2, 9, 4], fixed) == 0.5
+    assert noise_level([9, 2, 3, 4], fixed) == 1
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_recorded_trajectories_come_from_the_decoding_loop(family):
+    model = enable_jacobi(tiny_model(family))
+    ids, mask = random_prompts(3, 7, seed=4)
+    recorder = TrajectoryRecorder()
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=24,
+        decoding="jacobi",
+        jacobi_block_size=6,
+        return_dict_in_generate=True,
+        trajectory_recorder=recorder,
+    )
+    greedy = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False)
+    assert torch.equal(out.sequences, greedy)
+    for row in range(3):
+        steps = recorder.steps[row]
+        assert len(steps) == int(out.forward_passes[row])  # one record per forward the row took part in
+        generated = out.sequences[row, ids.shape[1] :].tolist()
+        if EOS in generated:
+            generated = generated[: generated.index(EOS) + 1]
+        for j, states in enumerate(block_states(steps, generated, 6)):
+            assert states[-1] == generated[j * 6 : (j + 1) * 6]
+            assert all(len(state) == 6 for state in states)
+            assert all(a != b for a, b in zip(states, states[1:]))  # only changes are recorded
+
+
+def test_trajectory_recorder_needs_jacobi():
+    model = enable_jacobi(tiny_model("llama"))
+    ids, mask = random_prompts(1, 5, seed=0)
+    with pytest.raises(ValueError, match="trajectory_recorder"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, trajectory_recorder=TrajectoryRecorder())
+
+
+# --- schedule --------------------------------------------------------------------------------------------------------
+
+
+def test_progressive_targets_rise_over_each_window():
+    generator = torch.Generator().manual_seed(0)
+    assert target_noise(6, 3, "progressive", generator) == [0.0, 0.5, 1.0, 0.0, 0.5, 1.0]
+    assert target_noise(4, 4, "reverse", generator) == pytest.approx([1.0, 2 / 3, 1 / 3, 0.0])
+    randoms = target_noise(1000, 4, "random", generator)
+    assert all(0 <= t <= 1 for t in randoms) and 0.45 < sum(randoms) / 1000 < 0.55
+
+
+def test_choose_states_takes_the_closest_noise_and_breaks_ties_at_random():
+    fixed = [1, 2, 3, 4]
+    states = [[9, 9, 9, 9], [1, 9, 9, 9], [1, 2, 9, 9], [1, 2, 3, 9], fixed]  # noise 1, .75, .5, .25, 0
+    generator = torch.Generator().manual_seed(0)
+    assert choose_states(states, fixed, 0.5, generator) == 2
+    assert choose_states(states, fixed, 0.0, generator) == 4
+    assert choose_states(states, fixed, 0.7, generator) == 1
+    tied = [[9, 9, 9, 9], [8, 8, 8, 8], fixed]
+    picks = {choose_states(tied, fixed, 1.0, generator) for _ in range(50)}
+    assert picks == {0, 1}
+
+
+@pytest.mark.parametrize(("schedule", "window"), [("linear", 4), ("progressive", 0), ("random", 1.5)])
+def test_schedule_rejects_bad_settings(schedule, window):
+    with pytest.raises(ValueError, match=repr(schedule) if schedule == "linear" else "noise_window"):
+        JacobiForcingCollator(PAD, noise_schedule=schedule, noise_window=window)
+
+
+# --- packing ---------------------------------------------------------------------------------------------------------
+
+
+def test_pack_trajectory_lays_out_blocks_positions_and_targets():
+    prompt = [5, 6, 7]
+    noisy = [[20, 99, 98], [23, 24, 25]]  # block 0 wrong from index 1; block 1 converged
+    clean = [[20, 21, 22], [23, 24, 25]]
+    packed = pack_trajectory(prompt, noisy, clean, next_token=26)
+    assert packed.input_ids == [5, 6, 7, 20, 99, 98, 20, 21, 22, 23, 24, 25, 23, 24, 25]
+    assert packed.position_ids == [0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7, 8, 6, 7, 8]
+    assert packed.segment_ids == [PROMPT] * 3 + [NOISY] * 3 + [CLEAN] * 3 + [NOISY] * 3 + [CLEAN] * 3
+    assert packed.block_ids == [-1] * 3 + [0] * 6 + [1] * 6
+    x = IGNORE_INDEX
+    # prompt tokens predict the next prompt token; the last one the first completion token; clean tokens the next
+    # clean token across blocks, and the last one the completion's next token
+    assert packed.ar_targets == [6, 7, 20, x, x, x, 21, 22, 23, x, x, x, 24, 25, 26]
+    # consistency: noisy tokens from the first mismatch (index 1) on, each paired with the clean token at its position
+    assert packed.teacher_index == [-1] * 4 + [7, 8] + [-1] * 9
+    no_prompt_loss = pack_trajectory(prompt, noisy, clean, prompt_ar_loss=False)
+    assert no_prompt_loss.ar_targets[:3] == [x, x, 20] and no_prompt_loss.ar_targets[-1] == x
+
+
+def trajectory(prompt_id, prompt, blocks, completion_tail=()):
+    """A trajectory row with, per block, a fully wrong state, a half-converged one and the fixed point."""
+    states = []
+    for fixed in blocks:
+        half = len(fixed) // 2
+        states.append([[3] * len(fixed), fixed[:half] + [4] * (len(fixed) - half), fixed])
+    completion = [t for fixed in blocks for t in fixed] + list(completion_tail)
+    return {
+        "prompt_id": prompt_id,
+        "prompt_ids": prompt,
+        "completion_ids": completion,
+        "block_size": len(blocks[0]),
+        "states": states,
+        "fixed_points": blocks,
+    }
+
+
+def test_collator_pads_batches_and_respects_max_length():
+    rows = [
+        trajectory("a", [5, 6, 7, 8], [[10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]], completion_tail=[22]),
+        trajectory("b", [5, 6], [[30, 31, 32, 33]]),
+    ]
+    collator = JacobiForcingCollator(PAD, noise_window=2, max_length=20)
+    batch = collator(rows)
+    # row a: 4 prompt tokens + 2 blocks of 2*4 fit in 20; row b: 2 + 8
+    assert batch["input_ids"].shape == (2, 20)
+    assert (batch["segment_ids"][1, 10:] == PAD_SEGMENT).all() and (batch["input_ids"][1, 10:] == PAD).all()
+    assert batch["ar_targets"][0, -1] == 18  # the first token of the block that did not fit
+    assert batch["attention_mask"].dtype == torch.float32 and batch["attention_mask"].shape == (2, 1, 20, 20)
+    # progressive with W=2: block 0 targets noise 0 (fixed point), block 1 noise 1 (the fully wrong state)
+    assert batch["input_ids"][0, 4:8].tolist() == [10, 11, 12, 13]
+    assert batch["input_ids"][0, 12:16].tolist() == [3, 3, 3, 3]
+    assert batch["teacher_index"][0, 12:16].tolist() == [16, 17, 18, 19]
+
+
+def test_collator_draws_fresh_views_per_epoch_and_repeats_them_per_seed():
+    rows = [trajectory(f"p{i}", [5, 6], [[10 + i, 11, 12, 13]] * 8) for i in range(4)]
+
+    def views(seed, epoch):
+        collator = JacobiForcingCollator(PAD, noise_schedule="random", noise_window=4, seed=seed)
+        collator.epoch = epoch
+        return collator(rows)["input_ids"]
+
+    assert torch.equal(views(0, 0), views(0, 0))
+    assert not torch.equal(views(0, 0), views(0, 1))
+    assert not torch.equal(views(0, 0), views(1, 0))
+
+
+# --- the mask --------------------------------------------------------------------------------------------------------
+
+
+def test_noise_aware_mask_by_hand():
+    segments = torch.tensor([[PROMPT, PROMPT, NOISY, NOISY, CLEAN, CLEAN, NOISY, CLEAN, PAD]])
+    allowed = noise_aware_mask(segments)[0].int().tolist()
+    assert allowed == [
+        [1, 0, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0, 0, 0],  # k_0
+        [1, 1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 0, 0],  # c_0: prompt and itself, never k_0
+        [1, 1, 0, 0, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 1, 0, 0],  # k_1: prompt, k_0, itself
+        [1, 1, 0, 0, 1, 1, 0, 1, 0],  # c_1: prompt, c_0, itself
+        [1, 1, 0, 0, 0, 0, 0, 0, 1],  # padding sees the prompt and itself, so its row is never empty
+    ]
+    positions = torch.tensor([[0, 1, 2, 3, 2, 3, 4, 4, 0]])
+    additive = training_attention_mask(segments, positions, torch.bfloat16)[:, 0]
+    assert additive.dtype == torch.bfloat16
+    assert (additive[noise_aware_mask(segments)] == 0).all()
+    assert (additive[~noise_aware_mask(segments)] == torch.finfo(torch.bfloat16).min).all()
+    # a sliding window of 2 positions: k_1 (position 4) no longer sees k_0's position 2, nor the prompt
+    sliding = AttentionLayout(kinds=("sliding_attention",), sliding_window=2)
+    windowed = training_attention_mask(segments, positions, torch.float32, sliding)[0, 0] == 0
+    assert windowed[6].int().tolist() == [0, 0, 0, 1, 0, 0, 1, 0, 0]
+
+
+def unpacked_logits(model, prompt, blocks, upto):
+    """Logits of a plain causal forward over prompt + blocks[0..upto], at consecutive positions."""
+    ids = torch.tensor([prompt + [t for block in blocks[: upto + 1] for t in block]])
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0, -len(blocks[upto]) :]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_logits_equal_the_unpacked_views_the_mask_allows(family, attn):
+    model = tiny_model(family, attn_implementation=attn)
+    gen = torch.Generator().manual_seed(3)
+    rows = []
+    for i, (prompt_len, num_blocks) in enumerate([(5, 3), (3, 2)]):
+        prompt = torch.randint(3, 120, (prompt_len,), generator=gen).tolist()
+        blocks = [torch.randint(3, 120, (4,), generator=gen).tolist() for _ in range(num_blocks)]
+        rows.append(trajectory(f"r{i}", prompt, blocks))
+    collator = JacobiForcingCollator(
+        PAD, noise_schedule="random", noise_window=4, layout=AttentionLayout.from_config(model.config)
+    )
+    batch = collator(rows)
+    with torch.no_grad():
+        packed = model(
+            input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"]
+        ).logits
+    for row, example in enumerate(rows):
+        prompt, n = example["prompt_ids"], example["block_size"]
+        ids = batch["input_ids"][row].tolist()
+        noisy = [
+            ids[len(prompt) + 2 * j * n : len(prompt) + (2 * j + 1) * n] for j in range(len(example["fixed_points"]))
+        ]
+        for j in range(len(example["fixed_points"])):
+            start = len(prompt) + 2 * j * n
+            torch.testing.assert_close(packed[row, start : start + n], unpacked_logits(model, prompt, noisy, j))
+            torch.testing.assert_close(
+                packed[row, start + n : start + 2 * n], unpacked_logits(model, prompt, example["fixed_points"], j)
+            )
