@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
-.PHONY: setup demo test test-fast test-integration lint format bench-overhead bench-variants clean
+.PHONY: setup demo test test-fast test-integration lint format bench-overhead bench-variants recipe-cpu clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,15 @@ bench-overhead: setup
 bench-variants: setup
 	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 4 --max-new-tokens 64 --block-sizes 8 16 32 64 \
 		--variants plain recycling multi-block both --forward-costs 8 16 32 64 128 256
+
+# Jacobi Forcing end to end on the embedded model (collect, LoRA training, evaluation): about 10 minutes on 2 CPU cores.
+RECIPE := recipes/smollm2-135m/jacobi_forcing
+recipe-cpu: setup
+	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect.yaml
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train.yaml
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate.yaml
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate.yaml --skip_prompts 8 --num_prompts 4 \
+		--output_file runs/smollm2-135m-jf/evaluate-held-out.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

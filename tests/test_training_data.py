@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -71,7 +73,7 @@ def test_recorded_trajectories_come_from_the_decoding_loop(family):
         for j, states in enumerate(block_states(steps, generated, 6)):
             assert states[-1] == generated[j * 6 : (j + 1) * 6]
             assert all(len(state) == 6 for state in states)
-            assert all(a != b for a, b in zip(states, states[1:]))  # only changes are recorded
+            assert all(a != b for a, b in itertools.pairwise(states))  # only changes are recorded
 
 
 def test_trajectory_recorder_needs_jacobi():
@@ -245,3 +247,22 @@ def test_packed_logits_equal_the_unpacked_views_the_mask_allows(family, attn):
             torch.testing.assert_close(
                 packed[row, start + n : start + 2 * n], unpacked_logits(model, prompt, example["fixed_points"], j)
             )
+
+
+def test_flex_attention_block_mask_gives_the_same_logits():
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from hf_jacobi.data.masks import noise_aware_block_mask
+
+    sdpa = tiny_model("qwen3")  # mixed full and sliding layers: a dict of masks
+    flex = tiny_model("qwen3", attn_implementation="flex_attention")
+    layout = AttentionLayout.from_config(sdpa.config)
+    rows = [trajectory("a", [5, 6, 7], [[10, 11, 12, 13], [14, 15, 16, 17]]), trajectory("b", [8], [[20, 21, 22, 23]])]
+    batch = JacobiForcingCollator(PAD, noise_window=2, layout=layout)(rows)
+    block_masks = noise_aware_block_mask(batch["segment_ids"], batch["position_ids"], layout)
+    with torch.no_grad():
+        expected = sdpa(
+            input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"]
+        ).logits
+        got = flex(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=block_masks).logits
+    real = batch["segment_ids"] != PAD_SEGMENT
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-4, atol=1e-4)

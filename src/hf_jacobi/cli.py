@@ -346,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     add_model_arguments(demo, max_new_tokens=64)
     demo.set_defaults(handler=run_demo)
+
+    # Listed for --help; their flags are parsed by TRL's parser (see run_recipe_step).
+    commands.add_parser("collect", help="record Jacobi trajectories over a prompt set (hf-jacobi collect --help)")
+    commands.add_parser("train", help="Jacobi Forcing training from a YAML recipe (hf-jacobi train --help)")
+    commands.add_parser("evaluate", help="tokens per forward before and after training (hf-jacobi evaluate --help)")
     return parser
 
 
@@ -360,8 +365,27 @@ def use_offline_hub() -> None:
         hub_constants.HF_HUB_OFFLINE = True
 
 
+RECIPE_STEPS = ("collect", "train", "evaluate")
+"""Subcommands whose flags come from dataclasses and YAML recipes (`--config`), parsed by TRL's parser."""
+
+
+def run_recipe_step(step: str, argv: list[str]) -> int:
+    from hf_jacobi.training import scripts
+
+    handler = {"collect": scripts.run_collect, "train": scripts.run_train, "evaluate": scripts.run_evaluate}[step]
+    try:
+        return handler(argv)
+    except (ValueError, FileNotFoundError, ModelNotAvailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in RECIPE_STEPS:
+        use_offline_hub()
+        return run_recipe_step(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     use_offline_hub()
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import textwrap
-from typing import Any
+from typing import Any, ClassVar
 
 import datasets
 from transformers import TrainerCallback
@@ -49,9 +49,9 @@ class JacobiForcingTrainer(SFTTrainer):
         Other arguments are SFTTrainer's.
     """
 
-    _tag_names = ["trl", "sft", "jacobi-forcing", "hf_jacobi"]
+    _tag_names: ClassVar[list[str]] = ["trl", "sft", "jacobi-forcing", "hf_jacobi"]
     _name = "Jacobi Forcing"
-    _paper = {
+    _paper: ClassVar[dict[str, str]] = {
         "title": "Fast and Accurate Causal Parallel Decoding using Jacobi Forcing",
         "id": "2512.14681",
         # docstyle-ignore

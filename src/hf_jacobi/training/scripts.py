@@ -1,0 +1,236 @@
+"""The recipe steps behind `hf-jacobi collect`, `hf-jacobi train` and `hf-jacobi evaluate`.
+
+Each step reads its settings from a YAML recipe (`--config`) and/or command-line flags through TRL's parser, in the
+alignment-handbook way: recipes are data, one entry point per step, and every flag of `JacobiForcingConfig`,
+`SFTConfig`, `TrainingArguments` and TRL's `ModelConfig` (LoRA included) is accepted. All three run under
+`accelerate launch` as well as alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate import PartialState
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from ..data.collection import collect_trajectories, load_trajectories
+from ..data.prompts import encode_prompts, load_prompts
+from ..decoding.generate import enable_jacobi
+from ..models import DEFAULT_MODEL_NAME, ensure_model_cache
+from .config import JacobiForcingConfig
+from .trainer import JacobiForcingTrainer
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED = "embedded"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+@dataclass
+class PromptArguments:
+    """Which prompts a step runs on."""
+
+    prompts: str = field(
+        default="stdlib",
+        metadata={
+            "help": "'stdlib', 'opencodeinstruct', 'openthoughts2', a hub dataset name or a local json/jsonl/parquet"
+        },
+    )
+    prompt_split: str = field(default="train", metadata={"help": "Split of a hub dataset."})
+    prompt_column: str | None = field(default=None, metadata={"help": "Column holding the prompt (default: guessed)."})
+    skip_prompts: int = field(default=0, metadata={"help": "Prompts to skip first (e.g. to hold some out)."})
+    num_prompts: int | None = field(default=None, metadata={"help": "Prompts to use after the skipped ones."})
+    chat_template: bool = field(default=True, metadata={"help": "Format prompts with the tokenizer's chat template."})
+
+    def load(self) -> datasets.Dataset:
+        if self.skip_prompts < 0:
+            raise ValueError(f"skip_prompts must be >= 0, got {self.skip_prompts}.")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}.")
+        limit = None if self.num_prompts is None else self.skip_prompts + self.num_prompts
+        prompts = load_prompts(self.prompts, split=self.prompt_split, limit=limit, column=self.prompt_column)
+        if self.skip_prompts >= len(prompts):
+            raise ValueError(f"skip_prompts={self.skip_prompts} leaves none of the {len(prompts)} prompts.")
+        return prompts.select(range(self.skip_prompts, len(prompts)))
+
+
+@dataclass
+class CollectArguments(PromptArguments):
+    output_dir: str = field(default="trajectories", metadata={"help": "Folder of the trajectory shards."})
+    block_size: int = field(default=16, metadata={"help": "Jacobi block size n of the recorded trajectories."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Tokens to generate per prompt."})
+    batch_size: int = field(default=1, metadata={"help": "Prompts decoded together per process."})
+    shard_size: int = field(default=64, metadata={"help": "Trajectories per parquet shard."})
+    max_prompt_tokens: int | None = field(default=None, metadata={"help": "Refuse prompts longer than this."})
+    draft_seed: int = field(default=0, metadata={"help": "Seed of the random initial drafts."})
+
+
+@dataclass
+class TrainScriptArguments:
+    trajectories: str = field(default="trajectories", metadata={"help": "Folder written by `hf-jacobi collect`."})
+    eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
+
+
+@dataclass
+class EvaluateArguments(PromptArguments):
+    adapter: str | None = field(
+        default=None, metadata={"help": "A LoRA adapter folder to evaluate on top of the model."}
+    )
+    trained_model: str | None = field(default=None, metadata={"help": "A fully fine-tuned checkpoint to compare."})
+    block_size: int = field(default=16, metadata={"help": "Jacobi block size for plain Jacobi decoding."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Tokens to generate per prompt."})
+    output_file: str | None = field(default=None, metadata={"help": "Write the results as JSON here."})
+
+
+def resolve_model_path(name: str) -> str:
+    """`embedded` (or the embedded model's hub id, which cannot be downloaded here) means the GGUF-converted cache."""
+    if name in (EMBEDDED, DEFAULT_MODEL_NAME) and not Path(name).exists():
+        return str(ensure_model_cache())
+    return name
+
+
+def load_model_and_tokenizer(model_args: ModelConfig, device=None):
+    path = resolve_model_path(model_args.model_name_or_path)
+    dtype = model_args.dtype or "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=DTYPES[dtype], attn_implementation=model_args.attn_implementation or "sdpa"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if device is not None:
+        model = model.to(device)
+    return model, tokenizer
+
+
+def run_collect(argv: list[str]) -> int:
+    parser = TrlParser((CollectArguments, ModelConfig))
+    args, model_args = parser.parse_args_and_config(args=argv)
+    state = PartialState()
+    model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
+    model.eval()
+    with torch.inference_mode():
+        output = collect_trajectories(
+            model,
+            tokenizer,
+            args.load(),
+            args.output_dir,
+            block_size=args.block_size,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            shard_size=args.shard_size,
+            chat=args.chat_template,
+            max_prompt_tokens=args.max_prompt_tokens,
+            draft_seed=args.draft_seed,
+        )
+    if state.is_main_process:
+        collected = load_trajectories(output)
+        blocks = sum(len(s) for s in collected["states"])
+        states = sum(len(b) for s in collected["states"] for b in s)
+        print(f"{len(collected)} trajectories, {blocks} blocks, {states} states in {output}")
+    return 0
+
+
+def run_train(argv: list[str]) -> int:
+    parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    model, tokenizer = load_model_and_tokenizer(model_args)
+    dataset = load_trajectories(script_args.trajectories)
+    eval_dataset = None
+    if script_args.eval_fraction:
+        if not 0 < script_args.eval_fraction < 1:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {script_args.eval_fraction}.")
+        split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
+        dataset, eval_dataset = split["train"], split["test"]
+    trainer = JacobiForcingTrainer(
+        model,
+        args=training_args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    checkpoint = training_args.resume_from_checkpoint
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        trainer.create_model_card(model_name=Path(training_args.output_dir).name)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    return 0
+
+
+@torch.inference_mode()
+def measure_tokens_per_forward(
+    model, tokenizer, prompts: datasets.Dataset, block_size: int, max_new_tokens: int, chat: bool
+):
+    """Plain Jacobi decoding (one block, no recycling) over each prompt; also checks every output equals greedy."""
+    model = enable_jacobi(model)
+    tokens = forwards = 0
+    identical = True
+    for ids in tqdm(encode_prompts(prompts, tokenizer, chat=chat), desc="evaluate", leave=False):
+        input_ids = torch.tensor([ids], device=model.device)
+        out = model.generate(
+            input_ids,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            decoding="jacobi",
+            jacobi_block_size=block_size,
+            return_dict_in_generate=True,
+        )
+        greedy = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+        identical &= torch.equal(out.sequences, greedy)
+        tokens += out.sequences.shape[1] - input_ids.shape[1]
+        forwards += int(out.forward_passes[0])
+    # counted as everywhere in the project: new tokens over decoding forwards (the prefill's forward not counted)
+    return {
+        "prompts": len(prompts),
+        "new_tokens": tokens,
+        "forwards": forwards,
+        "tokens_per_forward": tokens / max(forwards, 1),
+        "identical_to_greedy": identical,
+    }
+
+
+def run_evaluate(argv: list[str]) -> int:
+    parser = TrlParser((EvaluateArguments, ModelConfig))
+    args, model_args = parser.parse_args_and_config(args=argv)
+    prompts = args.load()
+    model, tokenizer = load_model_and_tokenizer(model_args)
+    model.eval()
+    results = {"model": model_args.model_name_or_path, "block_size": args.block_size, "prompts": args.prompts}
+    results["base"] = measure_tokens_per_forward(
+        model, tokenizer, prompts, args.block_size, args.max_new_tokens, args.chat_template
+    )
+    trained = None
+    if args.adapter:
+        from peft import PeftModel
+
+        trained = PeftModel.from_pretrained(model, args.adapter).merge_and_unload()
+    elif args.trained_model:
+        trained, _ = load_model_and_tokenizer(
+            ModelConfig(model_name_or_path=args.trained_model, dtype=model_args.dtype)
+        )
+    if trained is not None:
+        trained.eval()
+        results["trained"] = measure_tokens_per_forward(
+            trained, tokenizer, prompts, args.block_size, args.max_new_tokens, args.chat_template
+        )
+    print(json.dumps(results, indent=2))
+    if args.output_file:
+        os.makedirs(Path(args.output_file).parent, exist_ok=True)
+        Path(args.output_file).write_text(json.dumps({**results, "settings": asdict(args)}, indent=2))
+    ok = all(results[k]["identical_to_greedy"] for k in ("base", "trained") if k in results)
+    return 0 if ok else 1

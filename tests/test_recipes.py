@@ -1,0 +1,63 @@
+"""The shipped recipes parse into the settings their steps expect, so they cannot rot silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from accelerate.commands.config.config_args import ClusterConfig
+from trl import ModelConfig, TrlParser
+
+from hf_jacobi import JacobiForcingConfig
+from hf_jacobi.training.scripts import CollectArguments, EvaluateArguments, TrainScriptArguments
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+STEPS = {
+    "collect": (CollectArguments, ModelConfig),
+    "train": (TrainScriptArguments, JacobiForcingConfig, ModelConfig),
+    "evaluate": (EvaluateArguments, ModelConfig),
+}
+
+
+def recipe_files():
+    return sorted(p for p in RECIPES.glob("*/jacobi_forcing/*.yaml"))
+
+
+def test_every_model_has_collect_and_train_steps():
+    folders = {p.parent.parent.name for p in recipe_files()}
+    assert folders == {"smollm2-135m", "qwen2.5-coder-7b"}
+    for folder in folders:
+        names = {p.stem.split("_")[0] for p in (RECIPES / folder / "jacobi_forcing").glob("*.yaml")}
+        assert {"collect", "train"} <= names
+
+
+@pytest.mark.parametrize("path", recipe_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_recipe_parses(path):
+    step = path.stem.split("_")[0]
+    # TrainingArguments refuses bf16 on a machine without a GPU unless told to run on the CPU
+    extra = ["--use_cpu", "true"] if step == "train" else []
+    parsed = TrlParser(STEPS[step]).parse_args_and_config(args=["--config", str(path), *extra])
+    keys = set(yaml.safe_load(path.read_text()))
+    fields = {f for p in parsed for f in vars(p)}
+    assert keys <= fields, f"unknown keys {keys - fields}"
+    if step == "train":
+        assert parsed[1].noise_schedule == "progressive"
+
+
+def test_qwen_rounds_follow_the_paper():
+    folder = RECIPES / "qwen2.5-coder-7b" / "jacobi_forcing"
+    load = lambda name: yaml.safe_load((folder / name).read_text())  # noqa: E731
+    r1, r2 = load("train_round1.yaml"), load("train_round2.yaml")
+    assert load("collect_round1.yaml")["block_size"] == 16 and load("collect_round2.yaml")["block_size"] == 32
+    assert (r1["noise_window"], r2["noise_window"]) == (16, 16)
+    assert load("collect_round2.yaml")["model_name_or_path"] == r1["output_dir"] == r2["model_name_or_path"]
+    assert r2["trajectories"] == load("collect_round2.yaml")["output_dir"]
+    for r in (r1, r2):
+        assert (r["learning_rate"], r["adam_beta2"], r["weight_decay"], r["lr_scheduler_type"]) == (1e-5, 0.95, 0.0, "cosine")
+
+
+@pytest.mark.parametrize("name", ["single_gpu", "multi_gpu", "fsdp", "deepspeed_zero3"])
+def test_accelerate_configs_load(name):
+    config = ClusterConfig.from_yaml_file(RECIPES / "accelerate_configs" / f"{name}.yaml")
+    assert config.mixed_precision == "bf16"

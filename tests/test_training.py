@@ -1,0 +1,257 @@
+"""Trajectory collection, the Jacobi Forcing losses and the trainer (LoRA, gradient checkpointing, resume)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import datasets
+import pytest
+import torch
+from peft import LoraConfig
+from transformers import TrainerCallback
+
+from hf_jacobi import JacobiForcingConfig, JacobiForcingTrainer, collect_trajectories, load_trajectories
+from hf_jacobi.data import collection
+from hf_jacobi.training.losses import ar_loss, consistency_loss
+from tiny_models import fresh_tiny_model, tiny_tokenizer
+
+
+def tiny_prompts(count: int) -> datasets.Dataset:
+    rows = []
+    for i in range(count):
+        words = " ".join(f"t{(i * 7 + j * 3) % 120 + 3}" for j in range(4 + i % 3))
+        rows.append({"prompt_id": f"p{i:02d}", "messages": [{"role": "user", "content": words}]})
+    return datasets.Dataset.from_list(rows)
+
+
+@pytest.fixture(scope="module")
+def trajectories(tmp_path_factory) -> datasets.Dataset:
+    folder = tmp_path_factory.mktemp("trajectories")
+    model = fresh_tiny_model("llama")
+    collect_trajectories(
+        model, tiny_tokenizer(), tiny_prompts(4), folder, block_size=4, max_new_tokens=16, batch_size=2, progress=False
+    )
+    return load_trajectories(folder)
+
+
+# --- collection ------------------------------------------------------------------------------------------------------
+
+
+def test_collected_rows_hold_every_state_from_initial_draft_to_fixed_point(trajectories):
+    assert trajectories["prompt_id"] == ["p00", "p01", "p02", "p03"]
+    for row in trajectories:
+        assert row["block_size"] == 4
+        assert len(row["states"]) == len(row["completion_ids"]) // 4
+        for j, states in enumerate(row["states"]):
+            assert states[-1] == row["fixed_points"][j] == row["completion_ids"][4 * j : 4 * j + 4]
+            assert len(states) >= 2  # the random initial draft is kept, not aliased to the fixed point
+
+
+class FakeProcess:
+    """Stands in for accelerate's PartialState of one process among several."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.process_index, self.num_processes = index, count
+        self.is_main_process = index == 0
+
+    def wait_for_everyone(self) -> None:
+        pass
+
+
+def test_processes_write_disjoint_shards_and_an_interrupted_run_resumes(tmp_path, monkeypatch):
+    model, tokenizer, prompts = fresh_tiny_model("llama"), tiny_tokenizer(), tiny_prompts(7)
+    settings = dict(block_size=4, max_new_tokens=8, batch_size=2, shard_size=2, progress=False)
+    # process 1 of 2 runs to the end; process 0 is "interrupted" after its first 2 prompts
+    monkeypatch.setattr(collection, "PartialState", lambda: FakeProcess(1, 2))
+    collect_trajectories(model, tokenizer, prompts, tmp_path, **settings)
+    monkeypatch.setattr(collection, "PartialState", lambda: FakeProcess(0, 2))
+    collect_trajectories(model, tokenizer, prompts.select([0, 2]), tmp_path, **settings)
+    assert sorted(p.name for p in tmp_path.glob("*.parquet")) == [
+        "trajectories-r000-00000.parquet",
+        "trajectories-r001-00000.parquet",
+        "trajectories-r001-00001.parquet",
+    ]
+    collect_trajectories(model, tokenizer, prompts, tmp_path, **settings)  # resume: only 4 and 6 are left
+    done = load_trajectories(tmp_path)
+    assert done["prompt_id"] == [f"p{i:02d}" for i in range(7)]  # none lost, none twice
+    monkeypatch.setattr(collection, "PartialState", lambda: FakeProcess(0, 1))
+    fresh = tmp_path / "single"
+    collect_trajectories(model, tokenizer, prompts, fresh, **settings)
+    assert load_trajectories(fresh)["states"] == done["states"]  # splitting does not change what is recorded
+
+
+def test_collection_refuses_mixed_settings_and_bad_values(tmp_path):
+    model, tokenizer, prompts = fresh_tiny_model("llama"), tiny_tokenizer(), tiny_prompts(1)
+    collect_trajectories(model, tokenizer, prompts, tmp_path, block_size=4, max_new_tokens=8, progress=False)
+    with pytest.raises(ValueError, match="block_size: 4 on disk, 8 now"):
+        collect_trajectories(model, tokenizer, prompts, tmp_path, block_size=8, max_new_tokens=8, progress=False)
+    with pytest.raises(ValueError, match="block_size must be an integer >= 2, got 1"):
+        collect_trajectories(model, tokenizer, prompts, tmp_path / "x", block_size=1)
+    with pytest.raises(ValueError, match=r"max_new_tokens \(4\) must be at least block_size \(8\)"):
+        collect_trajectories(model, tokenizer, prompts, tmp_path / "x", block_size=8, max_new_tokens=4)
+    with pytest.raises(ValueError, match="lacks the columns"):
+        collect_trajectories(model, tokenizer, prompts.remove_columns("messages"), tmp_path / "x")
+    with pytest.raises(ValueError, match="no trajectory shards"):
+        load_trajectories(tmp_path / "empty")
+
+
+# --- losses ----------------------------------------------------------------------------------------------------------
+
+
+def test_consistency_loss_by_hand():
+    # one row: tokens 0-1 noisy block 0 (token 1 is a student of token 3), tokens 2-3 clean block 0,
+    # tokens 4-5 noisy block 1 (both students of 6-7), tokens 6-7 clean block 1
+    logits = torch.zeros(1, 8, 2)
+    logits[0, 1] = torch.tensor([0.0, math.log(3)])  # student p = (1/4, 3/4)
+    logits[0, 3] = torch.tensor([math.log(3), 0.0])  # teacher q = (3/4, 1/4)
+    logits[0, 4] = torch.tensor([0.0, 0.0])  # student (1/2, 1/2)
+    logits[0, 6] = torch.tensor([0.0, 0.0])  # teacher (1/2, 1/2)
+    logits[0, 5] = torch.tensor([math.log(3), 0.0])  # student (3/4, 1/4)
+    logits[0, 7] = torch.tensor([0.0, 0.0])  # teacher (1/2, 1/2)
+    teacher_index = torch.tensor([[-1, 3, -1, -1, 6, 7, -1, -1]])
+    block_ids = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    ce_1 = -(0.75 * math.log(0.25) + 0.25 * math.log(0.75))
+    ce_4 = math.log(2)
+    ce_5 = -(0.5 * math.log(0.75) + 0.5 * math.log(0.25))
+    blocks = (ce_1 + (ce_4 + ce_5) / 2) / 2
+    tokens = (ce_1 + ce_4 + ce_5) / 3
+    assert consistency_loss(logits, teacher_index, block_ids, "blocks").item() == pytest.approx(blocks)
+    assert consistency_loss(logits, teacher_index, block_ids, "tokens").item() == pytest.approx(tokens)
+    # a converged block (no student) still counts in the number of blocks
+    teacher_index[0, 1] = -1
+    assert consistency_loss(logits, teacher_index, block_ids).item() == pytest.approx((ce_4 + ce_5) / 2 / 2)
+    # the teacher is detached: only the students get gradients
+    logits.requires_grad_(True)
+    consistency_loss(logits, teacher_index, block_ids).backward()
+    assert logits.grad[0, [6, 7]].abs().sum() == 0 and logits.grad[0, [4, 5]].abs().sum() > 0
+
+
+def test_ar_loss_by_hand():
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [1 / 3, 1 / 3, 1 / 3]]]))
+    targets = torch.tensor([[0, -100, 2]])
+    assert ar_loss(logits, targets).item() == pytest.approx((math.log(2) + math.log(3)) / 2)
+    assert ar_loss(logits, torch.full_like(targets, -100)).item() == 0
+
+
+# --- the trainer -----------------------------------------------------------------------------------------------------
+
+
+def config(tmp_path, **overrides) -> JacobiForcingConfig:
+    values = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=4,
+        learning_rate=1e-3,
+        warmup_ratio=0.0,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        noise_window=4,
+        seed=3,
+    )
+    values.update(overrides)
+    return JacobiForcingConfig(**values)
+
+
+def test_trainer_logs_both_losses_and_updates_the_model(tmp_path, trajectories):
+    model = fresh_tiny_model("qwen2")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = JacobiForcingTrainer(
+        model, args=config(tmp_path), train_dataset=trajectories, processing_class=tiny_tokenizer()
+    )
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    assert {"consistency_loss", "ar_loss", "loss"} <= logged.keys()
+    assert logged["loss"] == pytest.approx(logged["consistency_loss"] + logged["ar_loss"], rel=1e-4)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_lora_trains_only_the_adapter_and_gradient_checkpointing_runs(tmp_path, trajectories):
+    model = fresh_tiny_model("llama")
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = JacobiForcingTrainer(
+        model,
+        args=config(tmp_path, gradient_checkpointing=True),
+        train_dataset=trajectories,
+        processing_class=tiny_tokenizer(),
+        peft_config=lora,
+    )
+    trainer.train()
+    trained = trainer.model
+    names = [n for n, p in trained.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    merged = trained.merge_and_unload().state_dict()
+    assert any(not torch.equal(base[k], merged[k]) for k in ("model.layers.0.self_attn.q_proj.weight",))
+    assert torch.equal(base["model.layers.0.mlp.up_proj.weight"], merged["model.layers.0.mlp.up_proj.weight"])
+
+
+class Interrupt(TrainerCallback):
+    """Stops training after a step, as a killed job would (the checkpoint of that step is still written)."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at_step:
+            control.should_training_stop = True
+
+
+def test_resuming_from_a_checkpoint_matches_an_uninterrupted_run(tmp_path, trajectories):
+    # 4 rows, batch 2: 2 steps per epoch; 6 steps span 3 epochs, each with fresh noisy views; the break is mid-epoch
+    def run(folder, callbacks=(), resume=None):
+        trainer = JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=config(folder, max_steps=6, save_strategy="steps", save_steps=3, noise_schedule="random"),
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+            callbacks=list(callbacks),
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    whole = run(tmp_path / "whole")
+    run(tmp_path / "split", callbacks=[Interrupt(at_step=3)])
+    resumed = run(tmp_path / "split", resume=str(tmp_path / "split" / "checkpoint-3"))
+    losses = [e["loss"] for e in whole.state.log_history if "loss" in e]
+    resumed_losses = [e["loss"] for e in resumed.state.log_history if "loss" in e]
+    assert resumed_losses[-3:] == pytest.approx(losses[-3:], rel=1e-5)
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
+    with pytest.raises(ValueError, match="noise_schedule must be one of"):
+        config(tmp_path, noise_schedule="linear")
+    with pytest.raises(ValueError, match="consistency_normalization"):
+        config(tmp_path, consistency_normalization="sum")
+    with pytest.raises(ValueError, match="remove_unused_columns"):
+        config(tmp_path, remove_unused_columns=True)
+    with pytest.raises(ValueError, match="lacks the trajectory columns"):
+        JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=config(tmp_path),
+            train_dataset=trajectories.remove_columns("states"),
+            processing_class=tiny_tokenizer(),
+        )
+    with pytest.raises(ValueError, match="none of the 4 train trajectories"):
+        JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=config(tmp_path, max_length=8),
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+        )
+    # a prompt too long for max_length is skipped with a count; the others are kept
+    longest = max(len(p) for p in trajectories["prompt_ids"])
+    with caplog.at_level(logging.WARNING):
+        trainer = JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=config(tmp_path, max_length=longest + 7),
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+        )
+    assert 0 < len(trainer.train_dataset) < 4 and "are skipped" in caplog.text
