@@ -54,7 +54,12 @@ def test_qwen_rounds_follow_the_paper():
     assert load("collect_round2.yaml")["model_name_or_path"] == r1["output_dir"] == r2["model_name_or_path"]
     assert r2["trajectories"] == load("collect_round2.yaml")["output_dir"]
     for r in (r1, r2):
-        assert (r["learning_rate"], r["adam_beta2"], r["weight_decay"], r["lr_scheduler_type"]) == (1e-5, 0.95, 0.0, "cosine")
+        assert (r["learning_rate"], r["adam_beta2"], r["weight_decay"], r["lr_scheduler_type"]) == (
+            1e-5,
+            0.95,
+            0.0,
+            "cosine",
+        )
 
 
 @pytest.mark.parametrize("name", ["single_gpu", "multi_gpu", "fsdp", "deepspeed_zero3"])

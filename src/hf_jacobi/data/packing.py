@@ -94,6 +94,7 @@ def pack_trajectory(
     return packed
 
 
+@dataclass
 class JacobiForcingCollator:
     """Turns trajectory rows (see `collect_trajectories`) into padded batches with the noise-aware 4D mask.
 
@@ -106,33 +107,22 @@ class JacobiForcingCollator:
     segment_ids, ar_targets, teacher_index, block_ids.
     """
 
-    def __init__(
-        self,
-        pad_token_id: int,
-        noise_schedule: str = "progressive",
-        noise_window: int = 16,
-        max_length: int | None = None,
-        prompt_ar_loss: bool = True,
-        seed: int = 0,
-        mask_dtype: torch.dtype = torch.float32,
-        mask_format: str = "additive",
-        pad_to_multiple_of: int | None = None,
-        layout: AttentionLayout = FULL_LAYOUT,
-    ) -> None:
-        check_schedule(noise_schedule, noise_window)
-        if mask_format not in ("additive", "flex"):
-            raise ValueError(f"mask_format must be 'additive' or 'flex', got {mask_format!r}.")
-        self.pad_token_id = pad_token_id
-        self.noise_schedule = noise_schedule
-        self.noise_window = noise_window
-        self.max_length = max_length
-        self.prompt_ar_loss = prompt_ar_loss
-        self.seed = seed
-        self.mask_dtype = mask_dtype
-        self.mask_format = mask_format
-        self.pad_to_multiple_of = pad_to_multiple_of
-        self.layout = layout
-        self.epoch = 0
+    pad_token_id: int
+    noise_schedule: str = "progressive"
+    noise_window: int = 16
+    max_length: int | None = None
+    prompt_ar_loss: bool = True
+    seed: int = 0
+    mask_dtype: torch.dtype = torch.float32
+    mask_format: str = "additive"
+    pad_to_multiple_of: int | None = None
+    layout: AttentionLayout = FULL_LAYOUT
+    epoch: int = 0
+
+    def __post_init__(self) -> None:
+        check_schedule(self.noise_schedule, self.noise_window)
+        if self.mask_format not in ("additive", "flex"):
+            raise ValueError(f"mask_format must be 'additive' or 'flex', got {self.mask_format!r}.")
 
     def blocks_that_fit(self, prompt_len: int, block_size: int, num_blocks: int) -> int:
         """How many blocks a sequence can hold within max_length (each block takes 2n tokens)."""
