@@ -35,7 +35,7 @@ from hf_jacobi.bench.common import (
     probability,
     timed,
 )
-from hf_jacobi.models import DEFAULT_MODEL_NAME, ModelNotAvailableError
+from hf_jacobi.models import DEFAULT_MODEL_NAME, ModelNotAvailableError, set_padding
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -92,11 +92,8 @@ def load_model(path: Path | None, dtype: str) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation="sdpa")
         model = model.to(device).eval()
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        set_padding(model, tokenizer)
         tokenizer.padding_side = "left"  # generation appends on the right, so batches must be padded on the left
-        if model.generation_config.pad_token_id is None:
-            model.generation_config.pad_token_id = tokenizer.pad_token_id
         name = str(path)
     return LoadedModel(enable_jacobi(model), tokenizer, name)
 

@@ -42,6 +42,7 @@ __all__ = [
     "find_gguf_file",
     "load_default_model",
     "model_cache_problem",
+    "set_padding",
 ]
 
 logger = logging.getLogger(__name__)
@@ -304,6 +305,15 @@ def ensure_model_cache(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return folder
 
 
+def set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Gives a tokenizer without a pad token the EOS token as padding, and generation the same id, so that batched
+    generation and collation can pad any checkpoint."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
 def load_default_model(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -325,11 +335,8 @@ def load_default_model(
     folder = ensure_model_cache(cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=attn_implementation)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    set_padding(model, tokenizer)
     tokenizer.padding_side = "left"
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.config.name_or_path = str(folder)
     if device is not None:
         model = model.to(device)

@@ -89,10 +89,11 @@ def collect_trajectories(
     state = PartialState()
     output = Path(output_dir)
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
-    if state.is_main_process:
+    if state.is_main_process:  # one process writes the settings; the others check theirs against them
         _check_or_write_settings(output, settings)
     state.wait_for_everyone()
-    _check_or_write_settings(output, settings)
+    if not state.is_main_process:
+        _check_or_write_settings(output, settings)
 
     done = _collected_ids(output)
     share = [i for i in range(len(prompts)) if i % state.num_processes == state.process_index]

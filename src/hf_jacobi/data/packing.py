@@ -10,13 +10,13 @@ trainer's loss is plain indexing.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..decoding.drafts import stable_seed
 from ..decoding.kv import AttentionLayout
 from .masks import CLEAN, FULL_LAYOUT, NOISY, PAD, PROMPT, training_attention_mask
 from .schedule import check_schedule, choose_states, target_noise
@@ -131,7 +131,7 @@ class JacobiForcingCollator:
         return max(0, min(num_blocks, (self.max_length - prompt_len) // (2 * block_size)))
 
     def pack(self, example: dict[str, Any]) -> PackedSequence:
-        generator = torch.Generator().manual_seed(_example_seed(self.seed, self.epoch, example["prompt_id"]))
+        generator = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, example["prompt_id"]))
         fixed_points = example["fixed_points"]
         n = example["block_size"]
         kept = self.blocks_that_fit(len(example["prompt_ids"]), n, len(fixed_points))
@@ -169,8 +169,3 @@ def _padded(rows: list[list[int]], length: int, value: int) -> torch.Tensor:
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return out
-
-
-def _example_seed(seed: int, epoch: int, prompt_id: str) -> int:
-    digest = hashlib.sha256(f"{seed}:{epoch}:{prompt_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)

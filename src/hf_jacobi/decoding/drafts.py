@@ -21,7 +21,7 @@ class PromptDrafter:
         # Drafts are assembled on the host with the rest of each step's layout, so the prompts are kept there.
         valid = valid.cpu()
         self.prompts = [row[mask].tolist() or [0] for row, mask in zip(input_ids.cpu(), valid, strict=True)]
-        self.generators = [torch.Generator(device="cpu").manual_seed(_row_seed(seed, p)) for p in self.prompts]
+        self.generators = [torch.Generator(device="cpu").manual_seed(stable_seed(seed, p)) for p in self.prompts]
 
     def draw(self, row: int, count: int) -> list[int]:
         """`count` tokens of row `row`'s prompt (original batch index), drawn with replacement."""
@@ -32,6 +32,7 @@ class PromptDrafter:
         return [prompt[i] for i in index]
 
 
-def _row_seed(seed: int, prompt: list[int]) -> int:
-    digest = hashlib.sha256(f"{seed}:{prompt}".encode()).digest()
+def stable_seed(*parts: object) -> int:
+    """A 63-bit seed from the parts' text, the same in every process and run (Python's hash() is salted per run)."""
+    digest = hashlib.sha256(":".join(str(part) for part in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)

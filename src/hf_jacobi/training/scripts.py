@@ -24,7 +24,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import encode_prompts, load_prompts
 from ..decoding.generate import enable_jacobi
-from ..models import DEFAULT_MODEL_NAME, ensure_model_cache
+from ..models import DEFAULT_MODEL_NAME, ensure_model_cache, set_padding
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
 
@@ -106,10 +106,7 @@ def load_model_and_tokenizer(model_args: ModelConfig, device=None):
         path, dtype=DTYPES[dtype], attn_implementation=model_args.attn_implementation or "sdpa"
     )
     tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    set_padding(model, tokenizer)
     if device is not None:
         model = model.to(device)
     return model, tokenizer
