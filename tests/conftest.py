@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fake_hub import fake_hub  # noqa: F401  (a fixture: pytest finds it here, so tests need no import)
+
 
 @pytest.fixture(scope="session")
 def embedded_model():

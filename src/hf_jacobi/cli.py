@@ -9,6 +9,7 @@ decoding forwards and Jacobi reports its own count in `forward_passes`.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from dataclasses import dataclass
@@ -296,6 +297,128 @@ def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float) -> str:
     return "\n".join(lines)
 
 
+# --- bench -----------------------------------------------------------------------------------------------------------
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    """Greedy AR baselines and Jacobi configurations on one task: table and notes printed, JSON/Markdown/PNG written."""
+    from hf_jacobi.bench import report
+    from hf_jacobi.bench.runner import bench_settings, run_bench
+    from hf_jacobi.bench.tasks import load_task
+
+    loaded = load_model(args.model, args.dtype)
+    try:
+        task = load_task(
+            args.task,
+            data=args.data,
+            split=args.split,
+            limit=args.limit,
+            chat=args.chat,
+            has_chat_template=bool(loaded.tokenizer.chat_template),
+            timeout_s=args.timeout,
+            workers=args.workers,
+        )
+    except (MissingDataError, FileNotFoundError, ValueError) as error:
+        raise CliError(str(error)) from None
+    settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
+    run = run_bench(loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size)
+    rows = report.summarize(run)
+    table = report.markdown_table(rows, task.metric)
+    notes = report.notes(run, rows, args.batch_size, args.max_new_tokens)
+    print(f"# hf-jacobi bench: {task.name}\n\n{loaded.describe(args.dtype)}\n\n{table}\n\n{notes}")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "command": "hf-jacobi " + " ".join(args.argv),
+        "model": loaded.name,
+        "dtype": args.dtype,
+        "task": task.name,
+        "metric": task.metric,
+        "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    report.write_json(args.output_dir / "bench.json", run, rows, meta)
+    (args.output_dir / "bench.md").write_text(f"{table}\n\n{notes}\n", encoding="utf-8")
+    report.plot(args.output_dir / "bench.png", rows, f"{task.name}, {loaded.name}, batch {args.batch_size}")
+    print(f"\nwrote {args.output_dir}/bench.json, bench.md, bench.png")
+    lossless = all(row["identical"] == row["samples"] for row in rows)
+    if not lossless:
+        print("error: some outputs differ from greedy (see identical to greedy)", file=sys.stderr)
+    return 0 if lossless else 1
+
+
+# --- tune ------------------------------------------------------------------------------------------------------------
+
+
+def run_tune_command(args: argparse.Namespace) -> int:
+    """Measures, chooses and writes the Jacobi defaults (or greedy) into a generation config."""
+    from hf_jacobi.bench import tune
+    from hf_jacobi.data.prompts import stdlib_prompts
+
+    if args.model is None and args.output_dir is None:
+        raise CliError(
+            "the embedded model's cache is checksummed and must not be edited: give --output-dir for its tuned "
+            "generation_config.json, or tune a local --model folder"
+        )
+    target = args.output_dir or args.model
+    try:
+        candidates = tune.candidate_grid(args.block_sizes, args.num_blocks, args.pool_sizes)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    loaded = load_model(args.model, args.dtype)
+    texts = [row["messages"][0]["content"] for row in stdlib_prompts(limit=args.prompts)]
+    prompts = [
+        {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, text, chat=True).items()}
+        for text in texts
+    ]
+    result = tune.tune(loaded.model, prompts, candidates, args.max_new_tokens, repeats=args.repeats)
+    config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice)
+    target.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(target)
+    report_path = tune.save_report(target, result)
+    print(tune.summary(result))
+    print(f"wrote {target / 'generation_config.json'} and {report_path}")
+    return 0
+
+
+# --- push ------------------------------------------------------------------------------------------------------------
+
+
+def run_push_command(args: argparse.Namespace) -> int:
+    from hf_jacobi.hub.push import publish_checkpoint
+
+    settings = {
+        "jacobi_block_size": args.block_size,
+        "jacobi_num_blocks": args.num_blocks,
+        "jacobi_ngram_pool_size": args.ngram_pool_size,
+    }
+    try:
+        result = publish_checkpoint(
+            args.checkpoint,
+            args.repo_id,
+            base_model=args.base_model,
+            datasets=args.dataset,
+            training_data=args.training_data,
+            recipe_files=args.recipe,
+            bench_json=args.bench,
+            license=args.license,
+            jacobi_settings=settings,
+            template=args.template,
+            output_dir=args.output_dir,
+            dry_run=args.dry_run,
+            private=args.private,
+            revision=args.revision,
+            token=args.token,
+        )
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        raise CliError(str(error)) from None
+    shown = ", ".join(f"{k}={v}" for k, v in result.jacobi_settings.items())
+    if args.dry_run:
+        print(f"rendered {args.repo_id} into {result.folder} (not uploaded); Jacobi defaults: {shown}")
+    else:
+        print(f"pushed to {result.url}; Jacobi defaults: {shown}")
+    return 0
+
+
 # --- entry point -----------------------------------------------------------------------------------------------------
 
 
@@ -344,11 +467,104 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(demo, max_new_tokens=64)
     demo.set_defaults(handler=run_demo)
 
+    add_bench_parser(commands)
+    add_tune_parser(commands)
+    add_push_parser(commands)
+
     # Listed for --help; their flags are parsed by TRL's parser (see run_recipe_step).
     commands.add_parser("collect", help="record Jacobi trajectories over a prompt set (hf-jacobi collect --help)")
     commands.add_parser("train", help="Jacobi Forcing training from a YAML recipe (hf-jacobi train --help)")
     commands.add_parser("evaluate", help="tokens per forward before and after training (hf-jacobi evaluate --help)")
     return parser
+
+
+def add_bench_parser(commands) -> None:
+    from hf_jacobi.bench.common import VARIANTS
+    from hf_jacobi.bench.tasks import TASKS
+
+    bench = commands.add_parser("bench", help="pass@1/accuracy, tokens per forward and tokens/s: AR vs Jacobi")
+    bench.add_argument("--task", choices=TASKS, default="humaneval", help="benchmark (default humaneval)")
+    bench.add_argument("--data", default=None, help="gsm8k/math: a local .json/.jsonl/.parquet file or a Hub dataset")
+    bench.add_argument("--split", default="test", help="dataset split for a Hub dataset (default test)")
+    bench.add_argument("--limit", type=positive_int, default=None, help="first N problems only (default all)")
+    bench.add_argument(
+        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+    )
+    bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    bench.add_argument(
+        "--block-sizes", type=positive_int, nargs="+", default=[8, 16, 32], help="Jacobi block sizes (default 8 16 32)"
+    )
+    bench.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=["plain", "both"],
+        help="Jacobi variants per block size: " + "; ".join(f"{k} = {v or 'block only'}" for k, v in VARIANTS.items()),
+    )
+    bench.add_argument("--batch-size", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
+    bench.add_argument("--max-new-tokens", type=positive_int, default=256, help="token budget (default 256)")
+    bench.add_argument(
+        "--no-compile", action="store_true", help="skip the static-cache + torch.compile AR baseline (slow to build)"
+    )
+    bench.add_argument(
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="feed prompts through the chat template (default: no for humaneval, yes for gsm8k/math)",
+    )
+    bench.add_argument(
+        "--timeout", type=positive_float, default=10.0, help="seconds a HumanEval sample may run (default 10)"
+    )
+    bench.add_argument("--workers", type=positive_int, default=None, help="parallel HumanEval test processes")
+    bench.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("bench_results"),
+        help="where bench.json/.md/.png go (default bench_results)",
+    )
+    bench.set_defaults(handler=run_bench_command)
+
+
+def add_tune_parser(commands) -> None:
+    from hf_jacobi.bench.tune import DEFAULT_BLOCK_SIZES, DEFAULT_NUM_BLOCKS, DEFAULT_POOL_SIZES
+
+    tune = commands.add_parser("tune", help="measure this hardware and write the fastest Jacobi settings (or greedy)")
+    tune.add_argument("--model", type=checkpoint_dir, default=None, help="local checkpoint folder (written in place)")
+    tune.add_argument(
+        "--output-dir", type=Path, default=None, help="write generation_config.json here instead of into --model"
+    )
+    tune.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    tune.add_argument("--prompts", type=positive_int, default=4, help="sample prompts (stdlib set, default 4)")
+    tune.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sample (default 64)")
+    tune.add_argument("--block-sizes", type=positive_int, nargs="+", default=list(DEFAULT_BLOCK_SIZES))
+    tune.add_argument("--num-blocks", type=positive_int, nargs="+", default=list(DEFAULT_NUM_BLOCKS))
+    tune.add_argument("--pool-sizes", type=non_negative_int, nargs="+", default=list(DEFAULT_POOL_SIZES))
+    tune.add_argument("--repeats", type=positive_int, default=5, help="timed repeats per roofline point (default 5)")
+    tune.set_defaults(handler=run_tune_command)
+
+
+def add_push_parser(commands) -> None:
+    push = commands.add_parser(
+        "push", help="publish a checkpoint with its model card, Jacobi defaults and custom_generate"
+    )
+    push.add_argument("checkpoint", type=Path, help="a save_pretrained folder (full model or LoRA adapter)")
+    push.add_argument("--repo-id", required=True, help="the Hub repository, e.g. your-name/model-jacobi-forcing")
+    push.add_argument("--base-model", default=None, help="the model it was trained from (read from an adapter)")
+    push.add_argument("--dataset", action="append", default=[], help="a Hub dataset it was trained on (repeatable)")
+    push.add_argument("--training-data", default=None, help="one line about the training data, for the card")
+    push.add_argument("--recipe", type=Path, action="append", default=[], help="a recipe file to show (repeatable)")
+    push.add_argument("--bench", type=Path, default=None, help="bench.json from hf-jacobi bench, for the card's table")
+    push.add_argument("--license", default="apache-2.0", help="license id for the card (default apache-2.0)")
+    push.add_argument("--template", type=Path, default=None, help="a model card template instead of the bundled one")
+    push.add_argument("--block-size", type=positive_int, default=None, help="override jacobi_block_size")
+    push.add_argument("--num-blocks", type=positive_int, default=None, help="override jacobi_num_blocks")
+    push.add_argument("--ngram-pool-size", type=non_negative_int, default=None, help="override jacobi_ngram_pool_size")
+    push.add_argument("--output-dir", type=Path, default=None, help="keep the rendered folder here")
+    push.add_argument("--dry-run", action="store_true", help="render into --output-dir without uploading")
+    push.add_argument("--private", action="store_true", help="create the repository as private")
+    push.add_argument("--revision", default=None, help="branch to push to (created if missing)")
+    push.add_argument("--token", default=None, help="Hub token (default: the stored login or HF_TOKEN)")
+    push.set_defaults(handler=run_push_command)
 
 
 def use_offline_hub() -> None:
@@ -384,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
         use_offline_hub()
         return run_recipe_step(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
-    use_offline_hub()
+    args.argv = argv
+    if args.command != "push":  # the only subcommand that talks to the Hub
+        use_offline_hub()
     torch.manual_seed(0)
     try:
         with torch.inference_mode():

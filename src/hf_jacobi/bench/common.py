@@ -16,6 +16,14 @@ import torch
 HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
 T = TypeVar("T")
 
+VARIANTS: dict[str, dict[str, int | float]] = {
+    "plain": {},
+    "recycling": {"ngram_pool_size": 4},
+    "multi-block": {"num_blocks": 2},
+    "both": {"ngram_pool_size": 4, "num_blocks": 2},
+}
+"""Jacobi settings added to the block size for each benchmarked variant (jacobi_ prefix omitted)."""
+
 
 class MissingDataError(RuntimeError):
     """Benchmark data that a package should ship is not installed."""

@@ -23,16 +23,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from hf_jacobi.bench.common import humaneval_prompts, positive_int, timed
+from hf_jacobi.bench.common import VARIANTS, humaneval_prompts, positive_int, timed
 from hf_jacobi.decoding.generate import enable_jacobi
-
-VARIANTS: dict[str, dict[str, int | float]] = {
-    "plain": {},
-    "recycling": {"ngram_pool_size": 4},
-    "multi-block": {"num_blocks": 2},
-    "both": {"ngram_pool_size": 4, "num_blocks": 2},
-}
-"""Jacobi settings added to the block size for each benchmarked variant (jacobi_ prefix omitted)."""
 
 
 @dataclass

@@ -142,8 +142,9 @@ def resolve_decoding(
     call_value: str | None,
     generation_config: GenerationConfig | None,
     model_generation_config: GenerationConfig | None,
+    default: str = "greedy",
 ) -> str:
-    """The decoding mode of one call: the kwarg, else the passed generation_config, else the model's default."""
+    """The decoding mode of one call: the kwarg, else the passed generation_config, else the model's, else `default`."""
     for value in (
         call_value,
         getattr(generation_config, "decoding", None),
@@ -151,4 +152,4 @@ def resolve_decoding(
     ):
         if value is not None:
             return validate_decoding(value)
-    return "greedy"
+    return default

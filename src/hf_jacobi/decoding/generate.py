@@ -10,6 +10,7 @@ model's own generate with the Jacobi loop as its `custom_generate` callable. Tha
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from transformers import StoppingCriteriaList
@@ -31,34 +32,57 @@ def enable_jacobi(model):
     original = model.generate
 
     @functools.wraps(original)
-    def generate(*args: Any, **kwargs: Any):
-        recorder = kwargs.pop("trajectory_recorder", None)
-        decoding, settings = split_jacobi_kwargs(kwargs)
-        passed_config = kwargs.get("generation_config")
-        model_config = getattr(model, "generation_config", None)
-        # Settings are validated even when decoding greedily, so a typo never passes silently.
-        jacobi_config = resolve_jacobi_config(passed_config, model_config, settings)
-        if resolve_decoding(decoding, passed_config, model_config) == "greedy":
-            if recorder is not None:
-                raise ValueError("trajectory_recorder records Jacobi iterations: it needs decoding='jacobi'.")
-            return original(*args, **kwargs)
-        if kwargs.get("custom_generate") is not None:
-            raise ValueError("decoding='jacobi' cannot be combined with custom_generate.")
-        if kwargs.get("assistant_model") is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
-            raise ValueError(
-                "decoding='jacobi' drafts by itself: assistant_model and prompt_lookup_num_tokens must be unset."
-            )
-        if kwargs.get("synced_gpus"):
-            raise ValueError("decoding='jacobi' does not support synced_gpus=True (FSDP/ZeRO-3 sharded generation).")
-        _route_stop_strings(kwargs, passed_config, model_config)
-        kwargs["jacobi_runtime"] = JacobiRuntime(
-            config=jacobi_config, streamer=kwargs.get("streamer"), recorder=recorder
-        )
-        return original(*args, custom_generate=jacobi_decode, **kwargs)
+    def jacobi_aware_generate(*args: Any, **kwargs: Any):
+        return generate_with_jacobi(original, model, args, kwargs)
 
     setattr(model, _ENABLED_FLAG, original)
-    model.generate = generate
+    model.generate = jacobi_aware_generate
     return model
+
+
+def generate(*args: Any, model, **kwargs: Any):
+    """Entry point of a Hub checkpoint's `custom_generate/` folder, where this module is shipped as `generate.py`.
+
+    transformers calls it with `model=` and the raw generate() arguments, both for
+    `model.generate(custom_generate=REPO, trust_remote_code=True)` and for a model loaded with
+    `from_pretrained(REPO, trust_remote_code=True)`, whose `generate` it replaces; so users without hf_jacobi
+    installed get the same loop. Here Jacobi is the default mode; `decoding="greedy"` still reaches stock generate.
+    """
+    original = functools.partial(type(model).generate, model)
+    return generate_with_jacobi(original, model, args, kwargs, default_decoding="jacobi")
+
+
+def generate_with_jacobi(
+    original: Callable[..., Any],
+    model,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    default_decoding: str = "greedy",
+):
+    """Routes one generate() call: greedy calls go to `original` unchanged, Jacobi calls go to it with the Jacobi loop
+    as its `custom_generate` callable."""
+    recorder = kwargs.pop("trajectory_recorder", None)
+    decoding, settings = split_jacobi_kwargs(kwargs)
+    passed_config = kwargs.get("generation_config")
+    model_config = getattr(model, "generation_config", None)
+    # Settings are validated even when decoding greedily, so a typo never passes silently.
+    jacobi_config = resolve_jacobi_config(passed_config, model_config, settings)
+    if resolve_decoding(decoding, passed_config, model_config, default=default_decoding) == "greedy":
+        if recorder is not None:
+            raise ValueError("trajectory_recorder records Jacobi iterations: it needs decoding='jacobi'.")
+        return original(*args, **kwargs)
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError("decoding='jacobi' cannot be combined with custom_generate.")
+    if kwargs.get("assistant_model") is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
+        raise ValueError(
+            "decoding='jacobi' drafts by itself: assistant_model and prompt_lookup_num_tokens must be unset."
+        )
+    if kwargs.get("synced_gpus"):
+        raise ValueError("decoding='jacobi' does not support synced_gpus=True (FSDP/ZeRO-3 sharded generation).")
+    _route_stop_strings(kwargs, passed_config, model_config)
+    kwargs["jacobi_runtime"] = JacobiRuntime(config=jacobi_config, streamer=kwargs.get("streamer"), recorder=recorder)
+    kwargs.pop("custom_generate", None)
+    return original(*args, custom_generate=jacobi_decode, **kwargs)
 
 
 def disable_jacobi(model):

@@ -7,8 +7,9 @@ blocks under the noise-aware mask, and the loss for the paper's two-term loss, b
 
 from __future__ import annotations
 
+import collections
 import logging
-import textwrap
+from pathlib import Path
 from typing import Any, ClassVar
 
 import datasets
@@ -18,6 +19,8 @@ from trl import SFTTrainer
 from ..data.masks import noise_aware_block_mask
 from ..data.packing import JacobiForcingCollator
 from ..decoding.kv import AttentionLayout
+from ..hub.card import CITATION, CardInfo
+from ..hub.export import prepare_publish_folder
 from .config import JacobiForcingConfig
 from .losses import ar_loss, consistency_loss
 
@@ -54,13 +57,7 @@ class JacobiForcingTrainer(SFTTrainer):
     _paper: ClassVar[dict[str, str]] = {
         "title": "Fast and Accurate Causal Parallel Decoding using Jacobi Forcing",
         "id": "2512.14681",
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @article{jacobiforcing2025,
-                title   = {{Fast and Accurate Causal Parallel Decoding using Jacobi Forcing}},
-                journal = {arXiv preprint arXiv:2512.14681},
-                year    = {2025}
-            }"""),
+        "citation": CITATION,
     }
 
     def __init__(
@@ -117,6 +114,62 @@ class JacobiForcingTrainer(SFTTrainer):
             )
         data_collator.mask_format = "flex" if attn == "flex_attention" else "additive"
         data_collator.layout = AttentionLayout.from_config(self.model.config)
+        sizes = collections.Counter(train_dataset["block_size"])
+        self._trained_block_size = sizes.most_common(1)[0][0] if sizes else None
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Writes hf_jacobi's model card instead of TRL's, and completes `output_dir` for publishing.
+
+        `push_to_hub` calls this between saving and uploading, so the upload carries a generation_config.json with
+        `decoding="jacobi"` and the block size the model was trained at, and `custom_generate/` for users without
+        hf_jacobi.
+        """
+        if not self.is_world_process_zero():
+            return
+        peft_config = getattr(self.model, "peft_config", None)
+        if peft_config:
+            base_model = next(iter(peft_config.values())).base_model_name_or_path
+        else:
+            base_model = getattr(self.model.config, "_name_or_path", None) or None
+        output_dir = Path(self.args.output_dir)
+        card = CardInfo(
+            repo_id=self.hub_model_id or self.args.hub_model_id or model_name or output_dir.name,
+            base_model=base_model,
+            adapter=bool(peft_config),
+            datasets=[dataset_name] if dataset_name else [],
+            training_data=(
+                f"{len(self.train_dataset)} Jacobi trajectories of the base model's own greedy outputs "
+                f"(block size n={self._trained_block_size}), collected with `hf-jacobi collect`"
+            ),
+            recipe=self._recipe_markdown(),
+        )
+        settings = {"jacobi_block_size": self._trained_block_size} if self._trained_block_size else {}
+        prepare_publish_folder(output_dir, card, settings)
+
+    def _recipe_markdown(self) -> str:
+        """The settings that define this run, as the card's recipe section."""
+        args = self.args
+        lines = [
+            f"noise schedule `{args.noise_schedule}` (window {args.noise_window}), AR loss weight {args.ar_loss_weight}, "
+            f"consistency normalized per {args.consistency_normalization}",
+            f"learning rate {args.learning_rate} ({args.lr_scheduler_type}, warmup ratio {args.warmup_ratio}), "
+            f"{args.num_train_epochs} epochs, batch {args.per_device_train_batch_size} x "
+            f"{args.gradient_accumulation_steps} accumulation x {args.world_size} processes, max length {args.max_length}",
+        ]
+        peft_config = getattr(self.model, "peft_config", None)
+        if peft_config:
+            lora = next(iter(peft_config.values()))
+            lines.append(
+                f"LoRA r={getattr(lora, 'r', '?')}, alpha={getattr(lora, 'lora_alpha', '?')} on "
+                f"{sorted(getattr(lora, 'target_modules', None) or [])}"
+            )
+        return "\n".join(f"  - {line}" for line in lines)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if self.model.training else "eval"

@@ -1,0 +1,142 @@
+"""Summaries of a bench run: one row per setting, as JSON, a Markdown table and a plot against block size.
+
+Totals are ratios of sums over every sample (tokens / forwards, tokens / seconds), so long outputs weigh as much as
+the time they take, and nothing is averaged over a chosen subset.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .runner import JACOBI, BenchRun
+
+
+def machine_description() -> str:
+    """The hardware the figures belong to, in words, for tables that are read away from the run."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    return f"CPU {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def summarize(run: BenchRun) -> list[dict[str, Any]]:
+    rows = []
+    for setting in run.settings:
+        samples = [s for s in run.samples if s.setting == setting.name]
+        timings = [t for t in run.timings if t.setting == setting.name]
+        tokens = sum(s.new_tokens for s in samples)
+        forwards = sum(s.forwards for s in samples)
+        seconds = sum(t.seconds for t in timings)
+        decode_seconds = sum(max(t.seconds - t.prefill_s, 1e-9) for t in timings)
+        scored = [s for s in samples if s.correct is not None]
+        rows.append(
+            {
+                "setting": setting.name,
+                "kind": setting.kind,
+                "block_size": setting.block_size,
+                "variant": setting.variant,
+                "samples": len(samples),
+                "score": sum(bool(s.correct) for s in scored) / len(scored) if scored else None,
+                "new_tokens": tokens,
+                "forwards": forwards,
+                "tokens_per_forward": tokens / forwards if forwards else None,
+                "seconds": seconds,
+                "tokens_per_s": tokens / seconds if seconds else None,
+                "decode_tokens_per_s": tokens / decode_seconds if timings else None,
+                "ended_on_eos": sum(s.ended_on_eos for s in samples),
+                "identical": sum(s.identical for s in samples),
+            }
+        )
+    ar_rate = rows[0]["tokens_per_s"]
+    best_ar_rate = max(r["tokens_per_s"] or 0.0 for r, st in zip(rows, run.settings, strict=True) if st.is_ar)
+    for row in rows:
+        rate = row["tokens_per_s"] or 0.0
+        row["speedup_vs_ar"] = rate / ar_rate if ar_rate else None
+        row["speedup_vs_best_ar"] = rate / best_ar_rate if best_ar_rate else None
+    return rows
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(rows: list[dict[str, Any]], metric: str) -> str:
+    lines = [
+        f"| setting | {metric} | tokens/forward | tok/s | tok/s excl. prefill | speedup vs AR | speedup vs best AR "
+        "| identical to greedy |",
+        "|---|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for r in rows:
+        score = "-" if r["score"] is None else f"{100 * r['score']:.1f}%"
+        lines.append(
+            f"| {r['setting']} | {score} | {_fmt(r['tokens_per_forward'], '.2f')} | {_fmt(r['tokens_per_s'], '.1f')} "
+            f"| {_fmt(r['decode_tokens_per_s'], '.1f')} | {_fmt(r['speedup_vs_ar'], '.2f')}x "
+            f"| {_fmt(r['speedup_vs_best_ar'], '.2f')}x | {r['identical']}/{r['samples']} |"
+        )
+    return "\n".join(lines)
+
+
+def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_tokens: int) -> str:
+    """What a reader needs to interpret the table: machine, sample set, what is counted."""
+    samples = rows[0]["samples"] if rows else 0
+    eos = rows[0]["ended_on_eos"] if rows else 0
+    lines = [
+        f"{run.task}: {samples} samples ({eos} ended on EOS, the rest on a stop string or the {max_new_tokens}-token "
+        f"budget; all are counted), batch {batch_size}, greedy, on {machine_description()}.",
+        "tokens/forward = new tokens / decoding forwards (prefill excluded; AR needs one per token after the first). "
+        "tok/s counts the prefill unless marked. identical = samples whose tokens equal plain AR's.",
+    ]
+    lines += [f"Note: {n}" for n in run.notes]
+    return "\n".join(lines)
+
+
+def write_json(path: Path, run: BenchRun, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    payload = {
+        "meta": {"machine": machine_description(), **meta},
+        "notes": run.notes,
+        "summary": rows,
+        "samples": [asdict(s) for s in run.samples],
+        "timings": [asdict(t) for t in run.timings],
+    }
+    path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+
+
+def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
+    """Tokens per forward and speedup over plain AR against block size, one line per Jacobi variant; the AR
+    baselines are horizontal lines, since they have no block."""
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise RuntimeError("plots need matplotlib: pip install 'hf-jacobi[bench]'") from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    jacobi = [r for r in rows if r["kind"] == JACOBI]
+    fig, (tpf_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for variant in dict.fromkeys(r["variant"] for r in jacobi):
+        points = sorted((r["block_size"], r) for r in jacobi if r["variant"] == variant)
+        blocks = [b for b, _ in points]
+        tpf_ax.plot(blocks, [r["tokens_per_forward"] for _, r in points], marker="o", label=variant)
+        speed_ax.plot(blocks, [r["speedup_vs_ar"] for _, r in points], marker="o", label=variant)
+    for r in rows:
+        if r["kind"] != JACOBI and r["speedup_vs_ar"] is not None:
+            speed_ax.axhline(r["speedup_vs_ar"], linestyle="--", linewidth=1, color="gray")
+            speed_ax.annotate(r["setting"], (0.01, r["speedup_vs_ar"]), xycoords=("axes fraction", "data"), fontsize=7)
+    tpf_ax.axhline(1.0, linestyle="--", linewidth=1, color="gray")
+    for ax, label in ((tpf_ax, "tokens per forward"), (speed_ax, "tokens/s vs AR (prefill incl.)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("block size n")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if jacobi:
+            ax.legend(title="Jacobi variant", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,260 @@
+"""`hf-jacobi bench`: greedy AR baselines against Jacobi configurations on one task, timed and scored.
+
+Honest by construction, unlike the reference's numbers (see the method notes):
+- every sample counts, not only those that ended on EOS;
+- tokens/s is reported with the prefill included (what a user waits for) and without it (the decoding rate);
+- the speedup is given against plain generate AND against the strongest plain-AR setup the stack offers here (static
+  cache + torch.compile), so a slow baseline cannot inflate it;
+- each configuration is scored on its own completions and compared token by token with greedy's.
+Batches run every setting back to back, so slow drift of the machine's speed touches all settings alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import CompileConfig, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from .common import VARIANTS, timed
+from .tasks import BenchItem, BenchTask
+
+AR = "ar"
+AR_STATIC = "ar-static"
+AR_COMPILED = "ar-compiled"
+JACOBI = "jacobi"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way of decoding: a greedy AR baseline or a Jacobi configuration."""
+
+    name: str
+    kind: str
+    block_size: int | None = None
+    variant: str | None = None
+
+    def generate_kwargs(self, device: torch.device) -> dict[str, Any]:
+        if self.kind == AR:
+            return {"decoding": "greedy"}
+        if self.kind == AR_STATIC:
+            return {"decoding": "greedy", "cache_implementation": "static"}
+        if self.kind == AR_COMPILED:
+            config = CompileConfig(fullgraph=False, mode="default")
+            # generate only auto-compiles on accelerators; on other devices it has to be asked explicitly
+            config._compile_all_devices = device.type not in ("cuda", "xpu")
+            return {"decoding": "greedy", "cache_implementation": "static", "compile_config": config}
+        jacobi = {f"jacobi_{k}": v for k, v in VARIANTS[self.variant].items()}
+        return {"decoding": "jacobi", "jacobi_block_size": self.block_size, **jacobi}
+
+    @property
+    def is_ar(self) -> bool:
+        return self.kind in (AR, AR_STATIC, AR_COMPILED)
+
+
+def bench_settings(block_sizes: list[int], variants: list[str], compiled_baseline: bool = True) -> list[Setting]:
+    """Plain AR first (the reference every other setting is checked against), then the compiled AR, then Jacobi."""
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown Jacobi variants {unknown}; accepted: {list(VARIANTS)}")
+    settings = [Setting("AR (generate)", AR)]
+    if compiled_baseline:
+        settings.append(Setting("AR (static cache + compile)", AR_COMPILED))
+    for variant in variants:
+        for block in block_sizes:
+            settings.append(Setting(f"Jacobi {variant} n={block}", JACOBI, block, variant))
+    return settings
+
+
+@dataclass
+class SampleResult:
+    setting: str
+    item_id: str
+    batch: int
+    prompt_tokens: int
+    new_tokens: int
+    forwards: int
+    ended_on_eos: bool
+    identical: bool
+    completion: str
+    correct: bool | None = None
+    status: str = ""
+
+
+@dataclass
+class BatchTiming:
+    setting: str
+    batch: int
+    rows: int
+    new_tokens: int
+    seconds: float
+    prefill_s: float
+
+
+@dataclass
+class BenchRun:
+    task: str
+    metric: str
+    settings: list[Setting]
+    samples: list[SampleResult] = field(default_factory=list)
+    timings: list[BatchTiming] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def prefill_seconds(model: PreTrainedModel, inputs: dict[str, torch.Tensor], repeats: int = 3) -> float:
+    """Median time of the prompt's forward alone, with a fresh cache each time: the part of every setting's wall
+    time that decoding speed cannot change."""
+    times = []
+    for _ in range(repeats):
+        _, seconds = timed(lambda: model(**inputs, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1))
+        times.append(seconds)
+    return statistics.median(times)
+
+
+def generated_tokens(row: torch.Tensor, eos_ids: set[int], pad_id: int | None) -> list[int]:
+    """The tokens a row really generated: up to and including its first EOS, without the padding a finished row gets
+    while others in its batch go on."""
+    tokens = row.tolist()
+    for i, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: i + 1]
+    while tokens and pad_id is not None and tokens[-1] == pad_id:
+        tokens.pop()
+    return tokens
+
+
+def _eos_ids(model: PreTrainedModel) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+
+
+class _Decoder:
+    """Runs one setting on one batch and turns the output into per-row results."""
+
+    def __init__(self, model, tokenizer, task: BenchTask, max_new_tokens: int) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.task = task
+        self.max_new_tokens = max_new_tokens
+        self.eos_ids = _eos_ids(model)
+        self.pad_id = model.generation_config.pad_token_id
+
+    def generate(self, setting: Setting, inputs: dict[str, torch.Tensor], max_new_tokens: int | None = None):
+        stops = (
+            {"stop_strings": list(self.task.stop_strings), "tokenizer": self.tokenizer}
+            if self.task.stop_strings
+            else {}
+        )
+        return self.model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens or self.max_new_tokens,
+            do_sample=False,
+            return_dict_in_generate=True,
+            **stops,
+            **setting.generate_kwargs(self.model.device),
+        )
+
+    def rows(self, output, prompt_width: int) -> list[list[int]]:
+        return [generated_tokens(row, self.eos_ids, self.pad_id) for row in output.sequences[:, prompt_width:]]
+
+
+def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str, torch.Tensor]], run: BenchRun):
+    """Untimed runs, so one-off costs (allocations, kernel selection, compilation) are charged to no setting.
+
+    The compiled baseline is warmed with the full token budget on two prompt lengths: its static cache is sized per
+    call, and a new size recompiles (the second one with dynamic shapes), which must not happen while timing. If
+    compilation fails on this machine, the baseline falls back to the static cache alone and the run says so.
+    """
+    shapes = batches[:2] if len(batches) > 1 else [batches[0], {k: v[:, 1:] for k, v in batches[0].items()}]
+    for index, setting in enumerate(list(settings)):
+        try:
+            if setting.kind == AR_COMPILED:
+                for batch in shapes:
+                    decoder.generate(setting, batch)
+            else:
+                decoder.generate(setting, shapes[0], max_new_tokens=8)
+        except Exception as error:  # compilation problems come as many exception types; the fallback is the same
+            if setting.kind != AR_COMPILED:
+                raise
+            settings[index] = Setting("AR (static cache)", AR_STATIC)
+            run.notes.append(f"torch.compile failed here ({type(error).__name__}: {error}); static cache only")
+
+
+def run_bench(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: BenchTask,
+    settings: list[Setting],
+    max_new_tokens: int = 256,
+    batch_size: int = 1,
+    progress: bool = True,
+) -> BenchRun:
+    """Decodes every item with every setting and scores the completions; `model` must have Jacobi enabled."""
+    if not settings or settings[0].kind != AR:
+        raise ValueError("the first setting must be plain AR: it is the reference the others are compared with")
+    settings = list(settings)  # the warm-up may swap the compiled baseline for its fallback
+    run = BenchRun(task.name, task.metric, settings)
+    decoder = _Decoder(model, tokenizer, task, max_new_tokens)
+    chunks = [task.items[i : i + batch_size] for i in range(0, len(task.items), batch_size)]
+    batches = [{k: v.to(model.device) for k, v in task.encode(tokenizer, chunk).items()} for chunk in chunks]
+    with torch.inference_mode():
+        _warm_up(decoder, settings, batches, run)
+        bar = tqdm(total=len(chunks) * len(settings), desc=f"bench {task.name}", unit="run", disable=not progress)
+        for index, (chunk, inputs) in enumerate(zip(chunks, batches, strict=True)):
+            prefill_s = prefill_seconds(model, inputs)
+            reference: list[list[int]] | None = None
+            for setting in settings:
+                output, seconds = timed(lambda setting=setting, inputs=inputs: decoder.generate(setting, inputs))
+                rows = decoder.rows(output, inputs["input_ids"].shape[1])
+                reference = rows if reference is None else reference
+                run.samples.extend(_samples(decoder, setting, chunk, index, inputs, output, rows, reference))
+                run.timings.append(
+                    BatchTiming(setting.name, index, len(chunk), sum(len(r) for r in rows), seconds, prefill_s)
+                )
+                bar.update()
+        bar.close()
+    _score(task, run)
+    return run
+
+
+def _samples(decoder, setting, chunk: list[BenchItem], batch: int, inputs, output, rows, reference):
+    prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
+    forward_passes = getattr(output, "forward_passes", None)
+    results = []
+    for i, item in enumerate(chunk):
+        tokens = rows[i]
+        # AR: the prefill yields the first token, so a row of n tokens costs n - 1 decoding forwards.
+        forwards = int(forward_passes[i]) if forward_passes is not None else max(len(tokens) - 1, 0)
+        results.append(
+            SampleResult(
+                setting=setting.name,
+                item_id=item.item_id,
+                batch=batch,
+                prompt_tokens=int(prompt_tokens[i]),
+                new_tokens=len(tokens),
+                forwards=forwards,
+                ended_on_eos=bool(tokens) and tokens[-1] in decoder.eos_ids,
+                identical=tokens == reference[i],
+                completion=decoder.tokenizer.decode(tokens, skip_special_tokens=True),
+            )
+        )
+    return results
+
+
+def _score(task: BenchTask, run: BenchRun) -> None:
+    """Scores each distinct completion once (lossless settings mostly repeat greedy's text) and fills in verdicts."""
+    distinct: dict[tuple[str, str], int] = {}
+    for sample in run.samples:
+        distinct.setdefault((sample.item_id, sample.completion), len(distinct))
+    items = {item.item_id: item for item in task.items}
+    keys = list(distinct)
+    scores = task.score([items[item_id] for item_id, _ in keys], [completion for _, completion in keys])
+    for sample in run.samples:
+        score = scores[distinct[(sample.item_id, sample.completion)]]
+        sample.correct, sample.status = score.correct, score.status

@@ -1,0 +1,342 @@
+"""`hf-jacobi tune`: pick the Jacobi settings that are fastest on this hardware, or keep greedy when none is.
+
+Two measurements are combined. The roofline is what one forward costs against the number of tokens in it: nearly
+flat up to a knee on a GPU at batch 1 (memory-bound), close to linear on a small CPU (compute-bound). Acceptance is
+how many tokens each candidate commits per forward and how wide its forwards are, on sample prompts; it depends on the
+model and the text, not on the hardware. Their ratio, plus the loop's own per-iteration cost, predicts tokens/s for
+every candidate without timing each one. The best predictions are then timed against greedy on the same prompts, and
+a candidate is only chosen when it is measurably faster: a prediction alone must never make decoding slower.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import GenerationConfig
+
+from ..decoding.config import JACOBI_PREFIX, JacobiConfig
+from .common import timed
+from .overhead import block_forward_seconds
+
+DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_BLOCK_SIZES = (2, 4, 8, 16, 32, 64)
+DEFAULT_NUM_BLOCKS = (1, 2)
+DEFAULT_POOL_SIZES = (0, 4)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    block_size: int
+    num_blocks: int = 1
+    ngram_pool_size: int = 0
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        return {
+            "decoding": "jacobi",
+            "jacobi_block_size": self.block_size,
+            "jacobi_num_blocks": self.num_blocks,
+            "jacobi_ngram_pool_size": self.ngram_pool_size,
+        }
+
+    def __str__(self) -> str:
+        return f"n={self.block_size} K={self.num_blocks} pool={self.ngram_pool_size}"
+
+
+def candidate_grid(
+    block_sizes=DEFAULT_BLOCK_SIZES, num_blocks=DEFAULT_NUM_BLOCKS, pool_sizes=DEFAULT_POOL_SIZES
+) -> list[Candidate]:
+    grid = [Candidate(b, k, p) for b, k, p in itertools.product(block_sizes, num_blocks, pool_sizes)]
+    for candidate in grid:  # bad values are named here, before any measuring starts
+        JacobiConfig(
+            block_size=candidate.block_size, num_blocks=candidate.num_blocks, ngram_pool_size=candidate.ngram_pool_size
+        )
+    return grid
+
+
+@dataclass
+class Acceptance:
+    """What a candidate did on the sample prompts; tokens and forwards do not depend on the hardware."""
+
+    candidate: Candidate
+    new_tokens: int
+    forwards: int
+    forward_tokens: int
+    decode_seconds: float = 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.new_tokens / max(self.forwards, 1)
+
+    @property
+    def mean_width(self) -> float:
+        return self.forward_tokens / max(self.forwards, 1)
+
+
+def interpolate_cost(curve: dict[int, float], width: float) -> float:
+    """Seconds of a forward of `width` tokens, linear between measured widths and beyond the widest two."""
+    points = sorted(curve.items())
+    if len(points) == 1:
+        return points[0][1] * max(width, 1.0) / points[0][0]
+    if width <= points[0][0]:
+        return points[0][1]
+    for (w0, c0), (w1, c1) in itertools.pairwise(points):
+        if width <= w1:
+            return c0 + (c1 - c0) * (width - w0) / (w1 - w0)
+    (w0, c0), (w1, c1) = points[-2], points[-1]
+    return c1 + (c1 - c0) * (width - w1) / (w1 - w0)
+
+
+@dataclass
+class Prediction:
+    candidate: Candidate | None  # None: greedy
+    tokens_per_forward: float
+    mean_width: float
+    seconds_per_forward: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_forward / self.seconds_per_forward
+
+
+def predict(curve: dict[int, float], acceptances: list[Acceptance], loop_overhead_s: float = 0.0) -> list[Prediction]:
+    """Predicted tokens/s of greedy (one token per one-token forward) and of every candidate, fastest first."""
+    predictions = [Prediction(None, 1.0, 1.0, interpolate_cost(curve, 1))]
+    for acc in acceptances:
+        seconds = interpolate_cost(curve, acc.mean_width) + loop_overhead_s
+        predictions.append(Prediction(acc.candidate, acc.tokens_per_forward, acc.mean_width, seconds))
+    return sorted(predictions, key=lambda p: p.tokens_per_s, reverse=True)
+
+
+def roofline_knee(curve: dict[int, float], tolerance: float = 1.5) -> int:
+    """The widest measured forward that costs at most `tolerance` times a one-token forward."""
+    one = interpolate_cost(curve, 1)
+    return max((w for w, c in curve.items() if c <= tolerance * one), default=1)
+
+
+@dataclass
+class TuneResult:
+    hardware: str
+    curve: dict[int, float]
+    knee: int
+    loop_overhead_s: float
+    acceptances: list[Acceptance]
+    predictions: list[Prediction]
+    verified: list[dict[str, Any]] = field(default_factory=list)
+    choice: Candidate | None = None
+    measured_speedup: float | None = None
+
+    def report(self) -> dict[str, Any]:
+        best = next((p for p in self.predictions if p.candidate == self.choice), None)
+        predicted_speedup = best.tokens_per_s / self.predictions_greedy.tokens_per_s if best else None
+        return {
+            "hardware": self.hardware,
+            "roofline_seconds": {str(w): c for w, c in sorted(self.curve.items())},
+            "roofline_knee_tokens": self.knee,
+            "loop_overhead_seconds": self.loop_overhead_s,
+            "acceptance": [
+                {**asdict(a.candidate), "tokens_per_forward": a.tokens_per_forward, "mean_width": a.mean_width}
+                for a in self.acceptances
+            ],
+            "predictions": [
+                {
+                    "candidate": "greedy" if p.candidate is None else str(p.candidate),
+                    "tokens_per_forward": p.tokens_per_forward,
+                    "mean_width": p.mean_width,
+                    "predicted_tokens_per_s": p.tokens_per_s,
+                }
+                for p in self.predictions
+            ],
+            "verified": self.verified,
+            "choice": {
+                "decoding": "greedy" if self.choice is None else "jacobi",
+                **({} if self.choice is None else asdict(self.choice)),
+                "predicted_speedup": predicted_speedup,
+                "measured_speedup": self.measured_speedup,
+            },
+        }
+
+    @property
+    def predictions_greedy(self) -> Prediction:
+        return next(p for p in self.predictions if p.candidate is None)
+
+
+def choose(
+    predictions: list[Prediction],
+    measure: Any,
+    verify_top: int = 2,
+    margin: float = 0.03,
+) -> tuple[Candidate | None, float | None, list[dict[str, Any]]]:
+    """Times the `verify_top` best-predicted candidates against greedy with `measure(candidate_or_None) -> seconds`
+    and returns the fastest one that beats greedy by more than `margin`, else None (greedy).
+
+    Candidates predicted slower than greedy are not timed at all: they could only win through timing noise.
+    """
+    greedy_prediction = next(p for p in predictions if p.candidate is None)
+    contenders = [
+        p for p in predictions if p.candidate is not None and p.tokens_per_s > greedy_prediction.tokens_per_s
+    ][:verify_top]
+    if not contenders:
+        return None, None, []
+    greedy_s = measure(None)
+    verified = []
+    best: tuple[Candidate | None, float] = (None, 1.0 + margin)
+    for prediction in contenders:
+        seconds = measure(prediction.candidate)
+        speedup = greedy_s / seconds
+        verified.append(
+            {
+                "candidate": str(prediction.candidate),
+                "greedy_seconds": greedy_s,
+                "seconds": seconds,
+                "speedup": speedup,
+            }
+        )
+        if speedup > best[1]:
+            best = (prediction.candidate, speedup)
+    return best[0], (best[1] if best[0] is not None else None), verified
+
+
+# --- measuring on a model -------------------------------------------------------------------------------------------
+
+
+def measure_roofline(model, context: torch.Tensor, widths=DEFAULT_WIDTHS, repeats: int = 5) -> dict[int, float]:
+    """Median seconds of a bare forward of each width on a cache holding `context` (batch 1)."""
+    return {w: block_forward_seconds(model, context, w, repeats) for w in sorted(set([1, *widths]))}
+
+
+@torch.inference_mode()
+def measure_acceptance(
+    model, prompts: list[dict[str, torch.Tensor]], candidates: list[Candidate], max_new_tokens: int, progress=True
+) -> list[Acceptance]:
+    """Runs every candidate on every prompt (batch 1) and sums tokens, forwards and widths."""
+    results = []
+    for candidate in tqdm(candidates, desc="acceptance", unit="candidate", disable=not progress):
+        tokens = forwards = width = 0
+        seconds = 0.0
+        kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False, "return_dict_in_generate": True}
+        kwargs.update(candidate.generate_kwargs())
+        for inputs in prompts:
+            out, wall = timed(lambda inputs=inputs, kwargs=kwargs: model.generate(**inputs, **kwargs))
+            tokens += out.sequences.shape[1] - inputs["input_ids"].shape[1]
+            forwards += int(out.forward_passes[0])
+            width += int(out.forward_tokens[0])
+            seconds += wall
+        results.append(Acceptance(candidate, tokens, forwards, width, seconds))
+    return results
+
+
+def loop_overhead(curve: dict[int, float], acceptances: list[Acceptance], prefill_s: float, prompts: int) -> float:
+    """The loop's own seconds per iteration beyond the bare forward (median over candidates, never negative)."""
+    extras = [
+        (a.decode_seconds - prefill_s * prompts) / max(a.forwards, 1) - interpolate_cost(curve, a.mean_width)
+        for a in acceptances
+    ]
+    return max(statistics.median(extras), 0.0) if extras else 0.0
+
+
+def write_generation_config(config: GenerationConfig, choice: Candidate | None) -> GenerationConfig:
+    """`config` with the choice written in: Jacobi and its settings, or greedy with no Jacobi settings left over."""
+    for name in JacobiConfig.setting_names():
+        if hasattr(config, name):
+            delattr(config, name)
+    if choice is None:
+        config.decoding = "greedy"
+        return config
+    config.decoding = "jacobi"
+    for key, value in choice.generate_kwargs().items():
+        if key.startswith(JACOBI_PREFIX):
+            setattr(config, key, value)
+    return config
+
+
+def save_report(folder: Path, result: TuneResult) -> Path:
+    path = folder / "jacobi_tune.json"
+    path.write_text(json.dumps(result.report(), indent=2), encoding="utf-8")
+    return path
+
+
+@torch.inference_mode()
+def tune(
+    model,
+    prompts: list[dict[str, torch.Tensor]],
+    candidates: list[Candidate],
+    max_new_tokens: int = 64,
+    widths=DEFAULT_WIDTHS,
+    repeats: int = 5,
+    verify_top: int = 2,
+    margin: float = 0.03,
+    progress: bool = True,
+) -> TuneResult:
+    """Measures, predicts and verifies on `prompts` (batch-1 encodings); `model` must have Jacobi enabled."""
+    from .report import machine_description
+
+    if not prompts:
+        raise ValueError("tune needs at least one sample prompt")
+    if not candidates:
+        raise ValueError("tune needs at least one candidate setting")
+    greedy_kwargs = {"decoding": "greedy", "do_sample": False}
+    first = prompts[0]
+    model.generate(**first, max_new_tokens=4, **greedy_kwargs)  # warm-up, untimed
+    model.generate(**first, max_new_tokens=4, do_sample=False, **candidates[0].generate_kwargs())
+    continuation = model.generate(**first, max_new_tokens=max(max_new_tokens // 2, 1), **greedy_kwargs)
+    curve = measure_roofline(model, continuation, widths, repeats)
+    prefill_s = statistics.mean(timed(lambda p=p: model(**p, use_cache=True, logits_to_keep=1))[1] for p in prompts)
+    acceptances = measure_acceptance(model, prompts, candidates, max_new_tokens, progress)
+    overhead = loop_overhead(curve, acceptances, prefill_s, len(prompts))
+    predictions = predict(curve, acceptances, overhead)
+
+    def measure(candidate: Candidate | None) -> float:
+        kwargs = greedy_kwargs if candidate is None else {"do_sample": False, **candidate.generate_kwargs()}
+        return sum(timed(lambda p=p: model.generate(**p, max_new_tokens=max_new_tokens, **kwargs))[1] for p in prompts)
+
+    choice, speedup, verified = choose(predictions, measure, verify_top, margin)
+    return TuneResult(
+        hardware=machine_description(),
+        curve=curve,
+        knee=roofline_knee(curve),
+        loop_overhead_s=overhead,
+        acceptances=acceptances,
+        predictions=predictions,
+        verified=verified,
+        choice=choice,
+        measured_speedup=speedup,
+    )
+
+
+def summary(result: TuneResult, top: int = 5) -> str:
+    """What was measured and why the choice was made, for the terminal."""
+    one = result.curve[min(result.curve)]
+    lines = [f"roofline on {result.hardware} (forward seconds against tokens in it, batch 1):", ""]
+    lines += ["| tokens | ms | x one token |", "|---:|---:|---:|"]
+    lines += [f"| {w} | {1000 * c:.2f} | {c / one:.2f} |" for w, c in sorted(result.curve.items())]
+    lines += [
+        "",
+        f"knee (<= 1.5x a one-token forward): {result.knee} tokens; loop overhead "
+        f"{1000 * result.loop_overhead_s:.2f} ms per iteration",
+        "",
+    ]
+    greedy_rate = result.predictions_greedy.tokens_per_s
+    lines += ["| setting | tokens/forward | mean width | predicted tok/s | vs greedy |", "|---|---:|---:|---:|---:|"]
+    for p in result.predictions[:top]:
+        name = "greedy" if p.candidate is None else str(p.candidate)
+        lines.append(
+            f"| {name} | {p.tokens_per_forward:.2f} | {p.mean_width:.1f} | {p.tokens_per_s:.1f} "
+            f"| {p.tokens_per_s / greedy_rate:.2f}x |"
+        )
+    lines.append("")
+    for v in result.verified:
+        lines.append(
+            f"timed {v['candidate']}: {v['speedup']:.2f}x greedy ({v['seconds']:.2f} s vs {v['greedy_seconds']:.2f} s)"
+        )
+    if result.choice is None:
+        lines.append("choice: greedy (no Jacobi setting was measurably faster than greedy on this hardware)")
+    else:
+        lines.append(f"choice: Jacobi {result.choice}, measured {result.measured_speedup:.2f}x greedy")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Publishing checkpoints to the Hugging Face Hub."""

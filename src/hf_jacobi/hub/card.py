@@ -1,0 +1,117 @@
+"""The model card of a published Jacobi Forcing checkpoint, rendered from the template in `model_cards/`.
+
+The card is where a reader decides whether the checkpoint is worth its download, so it carries what was measured for
+this very checkpoint (the bench table, with its machine and command) rather than the paper's figures, and says how to
+use the checkpoint both with and without hf_jacobi installed.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard, ModelCardData
+
+TEMPLATE_PACKAGE = "hf_jacobi.model_cards"
+TEMPLATE_NAME = "jacobi_forcing.md"
+
+CITATION = textwrap.dedent("""\
+    @article{jacobiforcing2025,
+        title   = {{Fast and Accurate Causal Parallel Decoding using Jacobi Forcing}},
+        journal = {arXiv preprint arXiv:2512.14681},
+        year    = {2025}
+    }""")
+
+CARD_TAGS = ("jacobi-forcing", "hf_jacobi", "custom_generate", "parallel-decoding")
+
+
+@dataclass
+class CardInfo:
+    """What the card says about one checkpoint.
+
+    Args:
+        repo_id: where it is published (the usage snippets load it from there).
+        base_model: the model it was trained from (a Hub id or a local path; only Hub ids are linked).
+        adapter: True for a LoRA adapter, whose usage goes through peft and the base model.
+        jacobi_settings: the `jacobi_*` defaults written into generation_config.json.
+        training_data: one line about the trajectories it was trained on.
+        datasets: Hub datasets for the card's metadata.
+        recipe: Markdown describing the recipe (e.g. the YAML files, fenced).
+        bench_table: the Markdown table `hf-jacobi bench` wrote for this checkpoint, or None when not measured.
+        bench_notes: the machine and the command that produced the table.
+        tuning_note: how the defaults were chosen (e.g. by `hf-jacobi tune`, on which hardware).
+        license: an SPDX id or "other".
+    """
+
+    repo_id: str
+    base_model: str | None = None
+    adapter: bool = False
+    jacobi_settings: dict[str, Any] = field(default_factory=dict)
+    training_data: str = "the model's own Jacobi decoding trajectories (`hf-jacobi collect`)"
+    datasets: list[str] = field(default_factory=list)
+    recipe: str = ""
+    bench_table: str | None = None
+    bench_notes: str = ""
+    tuning_note: str = ""
+    license: str = "apache-2.0"
+    model_name: str | None = None
+
+
+def template_text(template: str | Path | None = None) -> str:
+    """The template file given, else the one installed with the package (model_cards/jacobi_forcing.md)."""
+    if template is not None:
+        path = Path(template)
+        if not path.is_file():
+            raise FileNotFoundError(f"model card template {str(path)!r} does not exist")
+        return path.read_text(encoding="utf-8")
+    return importlib.resources.files(TEMPLATE_PACKAGE).joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+
+
+def _is_hub_id(name: str | None) -> bool:
+    return bool(name) and not Path(name).expanduser().exists() and name.count("/") == 1 and " " not in name
+
+
+def render_model_card(info: CardInfo, template: str | Path | None = None) -> ModelCard:
+    """The card as a `huggingface_hub.ModelCard` (YAML metadata + Markdown), ready to `save()` or push."""
+    from hf_jacobi import __version__
+
+    hub_base = info.base_model if _is_hub_id(info.base_model) else None
+    data = ModelCardData(
+        base_model=hub_base,
+        library_name="peft" if info.adapter else "transformers",
+        license=info.license,
+        tags=list(CARD_TAGS),
+        datasets=info.datasets or None,
+        pipeline_tag="text-generation",
+    )
+    base_name = info.base_model or "an unknown base model"
+    return ModelCard.from_template(
+        data,
+        template_str=template_text(template),
+        model_name=info.model_name or info.repo_id.split("/")[-1],
+        repo_id=info.repo_id,
+        base_model=base_name,
+        base_model_url=f"https://huggingface.co/{hub_base}" if hub_base else "#training",
+        adapter=info.adapter,
+        hf_jacobi_version=__version__,
+        bench_table=info.bench_table,
+        bench_notes=info.bench_notes,
+        jacobi_settings=info.jacobi_settings,
+        tuning_note=info.tuning_note,
+        training_data=info.training_data,
+        recipe=info.recipe,
+        license=info.license,
+        citation=CITATION,
+    )
+
+
+def fenced_files(paths: list[Path]) -> str:
+    """Recipe files as fenced Markdown blocks, each under its file name, so the card shows exactly what was run."""
+    blocks = []
+    for path in paths:
+        language = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".py": "python"}.get(path.suffix, "")
+        blocks.append(f"`{path.name}`:\n```{language}\n{path.read_text(encoding='utf-8').rstrip()}\n```")
+    return "\n\n".join(blocks)

@@ -1,0 +1,170 @@
+"""Turning a saved checkpoint into a publishable folder: Jacobi defaults, the model card and `custom_generate/`.
+
+`custom_generate/` holds the files of `hf_jacobi.decoding` copied verbatim (its `generate.py` doubles as the Hub
+entry point), so a user with only transformers runs the very loop this library runs and tests; there is no second
+implementation to drift. The decoding package imports nothing outside itself for that reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import logging
+import shutil
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from transformers import GenerationConfig
+
+from ..decoding import generate as decoding_entry
+from ..decoding.config import JACOBI_PREFIX, JacobiConfig
+from .card import CardInfo, render_model_card
+
+logger = logging.getLogger(__name__)
+
+CUSTOM_GENERATE_DIR = "custom_generate"
+CUSTOM_GENERATE_REQUIREMENTS = ("torch>=2.4", "transformers>=5.17")
+"""What transformers checks (custom_generate/requirements.txt) before it runs the exported loop."""
+
+TUNE_REPORT = "jacobi_tune.json"
+"""Written by `hf-jacobi tune` beside the generation config; the card quotes it to say how defaults were chosen."""
+
+PUBLISH_IGNORE_PATTERNS = (
+    "checkpoint-*",
+    "runs",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state*.pth",
+    "trainer_state.json",
+    "training_args.bin",
+    ".cache",
+    "README.md",
+    CUSTOM_GENERATE_DIR,
+)
+"""Training leftovers that do not belong in a published model, plus what the export rewrites itself."""
+
+
+def decoding_sources() -> list[Path]:
+    """The modules of `hf_jacobi.decoding` that make up the loop (its package `__init__` is not needed)."""
+    folder = Path(decoding_entry.__file__).parent
+    return sorted(path for path in folder.glob("*.py") if path.name != "__init__.py")
+
+
+def export_custom_generate(folder: str | Path) -> Path:
+    """Writes `folder/custom_generate/` (replacing an older one) and returns it."""
+    target = Path(folder) / CUSTOM_GENERATE_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for source in decoding_sources():
+        shutil.copyfile(source, target / source.name)
+    (target / "requirements.txt").write_text("\n".join(CUSTOM_GENERATE_REQUIREMENTS) + "\n", encoding="utf-8")
+    return target
+
+
+def jacobi_generation_config(base: GenerationConfig | None, settings: dict[str, Any]) -> GenerationConfig:
+    """`base` with `decoding="jacobi"` and the given `jacobi_*` settings (names with or without the prefix).
+
+    Settings already in `base` (e.g. written by `hf-jacobi tune`) are kept unless overridden; the block size is always
+    written out so that the file, and the card quoting it, say which block size the checkpoint decodes with.
+    """
+    config = copy.deepcopy(base) if base is not None else GenerationConfig()
+    known = {f.name for f in fields(JacobiConfig)}
+    values = {
+        f.name: getattr(config, JACOBI_PREFIX + f.name)
+        for f in fields(JacobiConfig)
+        if getattr(config, JACOBI_PREFIX + f.name, None) is not None
+    }
+    for name, value in settings.items():
+        short = name.removeprefix(JACOBI_PREFIX)
+        if short not in known:
+            raise ValueError(f"Unknown Jacobi setting {name!r}; accepted settings are {sorted(known)}.")
+        if value is not None:
+            values[short] = value
+    values.setdefault("block_size", JacobiConfig().block_size)
+    JacobiConfig(**values)  # validates, naming a bad value
+    config.decoding = "jacobi"
+    config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
+    for name, value in values.items():
+        setattr(config, JACOBI_PREFIX + name, value)
+    return config
+
+
+def jacobi_settings_of(config: GenerationConfig) -> dict[str, Any]:
+    """The `jacobi_*` attributes set on a generation config, in JacobiConfig's field order."""
+    return {
+        JACOBI_PREFIX + f.name: getattr(config, JACOBI_PREFIX + f.name)
+        for f in fields(JacobiConfig)
+        if getattr(config, JACOBI_PREFIX + f.name, None) is not None
+    }
+
+
+def _base_generation_config(folder: Path) -> GenerationConfig | None:
+    if (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(folder)
+    if (folder / "config.json").is_file():
+        return GenerationConfig.from_pretrained(folder, config_file_name="config.json", _from_model_config=True)
+    return None
+
+
+def tuning_note(folder: Path) -> str:
+    """One sentence on where the defaults came from, from the tune report when there is one."""
+    path = folder / TUNE_REPORT
+    if not path.is_file():
+        return "These defaults were not tuned for particular hardware (`hf-jacobi tune` measures and picks them)."
+    report = json.loads(path.read_text(encoding="utf-8"))
+    choice = report.get("choice", {})
+    speedup = choice.get("predicted_speedup")
+    said = f", predicted {speedup:.2f}x greedy tokens/s there" if isinstance(speedup, (int, float)) else ""
+    return f"Chosen by `hf-jacobi tune` on {report.get('hardware', 'unrecorded hardware')}{said}; see `{TUNE_REPORT}`."
+
+
+def prepare_publish_folder(
+    folder: str | Path,
+    card: CardInfo,
+    jacobi_settings: dict[str, Any] | None = None,
+    template: str | Path | None = None,
+    extra_files: list[Path] | None = None,
+) -> dict[str, Any]:
+    """Completes a saved checkpoint (weights or adapter, tokenizer) in place for publishing.
+
+    Writes generation_config.json with `decoding="jacobi"` and the Jacobi defaults, the model card (README.md), the
+    `custom_generate/` folder and copies of `extra_files` (e.g. the bench plot). Returns the Jacobi settings written.
+    """
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+        raise ValueError(
+            f"{str(folder)!r} is not a saved checkpoint: expected config.json (a model) or adapter_config.json "
+            "(a peft adapter) in it"
+        )
+    generation_config = jacobi_generation_config(_base_generation_config(folder), jacobi_settings or {})
+    generation_config.save_pretrained(folder)
+    settings = jacobi_settings_of(generation_config)
+    card.jacobi_settings = settings
+    if not card.tuning_note:
+        card.tuning_note = tuning_note(folder)
+    render_model_card(card, template).save(folder / "README.md")
+    export_custom_generate(folder)
+    for path in extra_files or []:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{str(path)!r} does not exist (asked to publish it beside the checkpoint)")
+        shutil.copyfile(path, folder / Path(path).name)
+    return settings
+
+
+def stage_checkpoint(source: str | Path, staging: str | Path) -> Path:
+    """Copies a checkpoint folder into `staging`, leaving out training leftovers, so publishing never edits the
+    user's own folder."""
+    source, staging = Path(source), Path(staging)
+    if not source.is_dir():
+        raise ValueError(f"{str(source)!r} is not a folder (expected a save_pretrained checkpoint folder)")
+
+    def ignored(directory: str, names: list[str]) -> set[str]:
+        if Path(directory) != source:
+            return set()
+        return {name for name in names if any(fnmatch.fnmatch(name, pattern) for pattern in PUBLISH_IGNORE_PATTERNS)}
+
+    shutil.copytree(source, staging, ignore=ignored, dirs_exist_ok=True)
+    return staging

@@ -1,0 +1,118 @@
+"""Upload a trained checkpoint folder (full model or PEFT adapter) to the Hugging Face Hub.
+
+A Trainer output folder holds more than the model: intermediate ``checkpoint-*`` folders, optimizer and scheduler
+states, TensorBoard logs. Those are large, useless to anyone loading the model, and the optimizer state can be
+several times the size of the weights, so they are left out of the upload (``UPLOAD_IGNORE_PATTERNS``).
+
+Everything goes through ``huggingface_hub.HfApi``; the endpoint is resolved at call time (``HF_ENDPOINT`` is only
+read by huggingface_hub when it is first imported), which lets tests and mirrors point the upload elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from huggingface_hub import HfApi
+from huggingface_hub import constants as hf_constants
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+__all__ = ["UPLOAD_IGNORE_PATTERNS", "upload_checkpoint"]
+
+# Patterns are matched by huggingface_hub with fnmatch against paths relative to the folder, and `*` crosses `/`:
+# "checkpoint-*" therefore drops whole intermediate checkpoint folders, "*.pt" drops .pt files at any depth.
+UPLOAD_IGNORE_PATTERNS: list[str] = [
+    "checkpoint-*",  # intermediate Trainer checkpoints (each a full copy of the weights plus optimizer state)
+    "runs/*",  # TensorBoard event files
+    "*.pt",  # optimizer.pt, scheduler.pt, scaler.pt: training state, only useful to resume training
+    "rng_state*.pth",  # per-process RNG states saved for resuming
+    "trainer_state.json",  # Trainer bookkeeping (log history, best checkpoint), not part of the model
+    "training_args.bin",  # pickled TrainingArguments: not loadable without the training code, and a pickle
+    ".cache/*",  # local caches (e.g. huggingface_hub's upload metadata)
+]
+
+# A folder written by `save_pretrained` of a transformers model has config.json; one written by a PEFT model has
+# adapter_config.json. Either is enough for `from_pretrained` to load it back.
+_MODEL_MARKERS = ("config.json", "adapter_config.json")
+
+
+def _check_folder(folder: str | os.PathLike) -> Path:
+    """Fail before any network call when the folder cannot be a loadable checkpoint."""
+    path = Path(folder).expanduser()
+    if not path.exists():
+        raise ValueError(f"Checkpoint folder {str(folder)!r} does not exist.")
+    if not path.is_dir():
+        raise ValueError(f"Checkpoint folder {str(folder)!r} is not a directory.")
+    if not any((path / marker).is_file() for marker in _MODEL_MARKERS):
+        raise ValueError(
+            f"Checkpoint folder {str(folder)!r} has neither config.json nor adapter_config.json: expected a folder "
+            "written by save_pretrained (a full model or a PEFT adapter)."
+        )
+    return path
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """Reject malformed ids locally with huggingface_hub's own rules, rather than as an HTTP error mid-upload."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise ValueError(f"Invalid repo id {repo_id!r}: expected 'namespace/name' or 'name' ({err})") from err
+
+
+def upload_checkpoint(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str = "Upload Jacobi Forcing checkpoint",
+    endpoint: str | None = None,
+    create_pr: bool = False,
+) -> str:
+    """Create ``repo_id`` if needed and upload ``folder`` to it in one commit; return the commit URL.
+
+    ``folder`` must contain ``config.json`` (full model) or ``adapter_config.json`` (PEFT adapter). Training leftovers
+    matching ``UPLOAD_IGNORE_PATTERNS`` are not uploaded. ``private`` only applies when the repo is created: an
+    existing repo keeps its visibility. With ``revision`` (other than ``"main"``) the branch is created from the
+    default branch if missing and the commit goes there. With ``create_pr`` the commit is opened as a pull request
+    against the default branch (huggingface_hub does not support PRs against another branch, so ``revision`` must
+    then be unset); the returned URL is that of the commit on the PR ref.
+
+    ``endpoint`` defaults to ``HF_ENDPOINT`` as set now, then to huggingface_hub's default endpoint. ``token``
+    defaults to huggingface_hub's usual lookup (``HF_TOKEN``, then the stored login).
+
+    Raises ``ValueError`` for a missing or non-model folder, a malformed repo id or ``create_pr`` with a branch, and
+    ``RuntimeError`` when huggingface_hub is in offline mode.
+    """
+    path = _check_folder(folder)
+    _check_repo_id(repo_id)
+    if create_pr and revision not in (None, hf_constants.DEFAULT_REVISION):
+        raise ValueError(
+            f"create_pr=True opens a pull request against the default branch; it cannot be combined with "
+            f"revision={revision!r}."
+        )
+    # Read at call time (not imported by value) so that a patched constant is seen. Flipping it here would change
+    # the behaviour of every other huggingface_hub user in the process, so offline mode is the caller's decision.
+    if hf_constants.HF_HUB_OFFLINE:
+        raise RuntimeError(
+            "Uploading to the Hugging Face Hub needs network access, but offline mode is on (HF_HUB_OFFLINE=1 is "
+            "set). Unset HF_HUB_OFFLINE (or set it to 0) for the upload."
+        )
+
+    api = HfApi(endpoint=(endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None, token=token)
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    # "refs/pr/N" (resuming an upload into an existing pull request) is a ref the Hub created, not a branch.
+    if revision and revision != hf_constants.DEFAULT_REVISION and not revision.startswith("refs/"):
+        api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
+    info = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=path,
+        repo_type="model",
+        revision=revision,
+        commit_message=commit_message,
+        create_pr=create_pr,
+        # A copy: upload_folder extends the list it is given in place with its own defaults (`.git`, ...).
+        ignore_patterns=list(UPLOAD_IGNORE_PATTERNS),
+    )
+    return str(info.commit_url)

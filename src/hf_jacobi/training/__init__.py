@@ -1,0 +1,1 @@
+"""Jacobi Forcing post-training: the config, the trainer, its losses and the recipe steps."""

@@ -1,0 +1,249 @@
+"""Publishing: the rendered folder (card, generation config, custom_generate), the loop it ships running without
+hf_jacobi and equal to greedy, and the push paths (CLI and trainer) against the fake Hub."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from transformers import GenerationConfig
+
+from hf_jacobi import JacobiForcingTrainer
+from hf_jacobi.cli import main
+from hf_jacobi.hub.card import CardInfo, render_model_card
+from hf_jacobi.hub.export import (
+    CUSTOM_GENERATE_DIR,
+    decoding_sources,
+    jacobi_generation_config,
+    prepare_publish_folder,
+)
+from hf_jacobi.hub.push import publish_checkpoint
+from tiny_models import fresh_tiny_model, tiny_model, tiny_tokenizer
+
+REPO = "acme/tiny-jacobi"
+TESTS = Path(__file__).parent
+
+
+def saved_checkpoint(folder: Path, family: str = "llama") -> Path:
+    tiny_model(family).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    (folder / "optimizer.pt").write_bytes(b"state")
+    (folder / "checkpoint-3").mkdir()
+    (folder / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    return folder
+
+
+def bench_json(folder: Path) -> Path:
+    rows = [
+        {"setting": "AR (generate)", "kind": "ar", "block_size": None, "variant": None, "samples": 2, "score": 0.5,
+         "tokens_per_forward": 1.0, "tokens_per_s": 10.0, "decode_tokens_per_s": 11.0, "speedup_vs_ar": 1.0,
+         "speedup_vs_best_ar": 1.0, "identical": 2},
+        {"setting": "Jacobi plain n=16", "kind": "jacobi", "block_size": 16, "variant": "plain", "samples": 2,
+         "score": 0.5, "tokens_per_forward": 2.5, "tokens_per_s": 21.0, "decode_tokens_per_s": 24.0,
+         "speedup_vs_ar": 2.1, "speedup_vs_best_ar": 2.1, "identical": 2},
+    ]  # fmt: skip
+    meta = {"machine": "TestGPU", "command": "hf-jacobi bench --limit 2", "task": "humaneval", "metric": "pass@1",
+            "batch_size": 1, "max_new_tokens": 64}  # fmt: skip
+    path = folder / "bench.json"
+    path.write_text(json.dumps({"meta": meta, "summary": rows, "notes": []}))
+    (folder / "bench.png").write_bytes(b"\x89PNG fake")
+    return path
+
+
+# --- rendering -------------------------------------------------------------------------------------------------------
+
+
+def test_generation_config_carries_jacobi_defaults_and_rejects_bad_ones():
+    base = GenerationConfig(eos_token_id=2, jacobi_num_blocks=2)
+    config = jacobi_generation_config(base, {"jacobi_ngram_pool_size": 4})
+    assert config.decoding == "jacobi" and config.eos_token_id == 2
+    assert (config.jacobi_block_size, config.jacobi_num_blocks, config.jacobi_ngram_pool_size) == (16, 2, 4)
+    assert not hasattr(base, "decoding")  # the caller's config is left alone
+    with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1, got 0"):
+        jacobi_generation_config(None, {"block_size": 0})
+    with pytest.raises(ValueError, match="Unknown Jacobi setting 'jacobi_blok_size'"):
+        jacobi_generation_config(None, {"jacobi_blok_size": 8})
+
+
+def test_card_says_what_a_user_needs(tmp_path):
+    card = render_model_card(
+        CardInfo(
+            repo_id=REPO,
+            base_model="Qwen/Qwen2.5-Coder-7B-Instruct",
+            jacobi_settings={"jacobi_block_size": 32},
+            bench_table="| setting | pass@1 |\n|---|---|\n| Jacobi | 50.0% |",
+            bench_notes="Measured on TestGPU",
+            recipe="  - lr 1e-5",
+            license="mit",
+        )
+    )
+    text = str(card)
+    assert card.data.base_model == "Qwen/Qwen2.5-Coder-7B-Instruct" and card.data.library_name == "transformers"
+    assert "jacobi-forcing" in card.data.tags and card.data.license == "mit"
+    for expected in (
+        "| Jacobi | 50.0% |",
+        "Measured on TestGPU",
+        f'custom_generate="{REPO}", trust_remote_code=True',
+        f'AutoModelForCausalLM.from_pretrained("{REPO}")',
+        "| `jacobi_block_size` | 32 |",
+        "lr 1e-5",
+        "arXiv:2512.14681",
+        "mit",
+    ):
+        assert expected in text, expected
+    adapter = str(render_model_card(CardInfo(repo_id=REPO, base_model="org/base", adapter=True)))
+    assert 'PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("org/base"), "acme/tiny-jacobi")' in adapter
+    assert "Not measured for this checkpoint yet" in adapter
+    assert "library_name: peft" in adapter
+
+
+def test_dry_run_renders_a_complete_folder_without_touching_the_source(tmp_path):
+    source = saved_checkpoint(tmp_path / "ckpt")
+    before = sorted(p.relative_to(source) for p in source.rglob("*"))
+    out = tmp_path / "rendered"
+    recipe = tmp_path / "train.yaml"
+    recipe.write_text("learning_rate: 1.0e-5\n")
+    result = publish_checkpoint(
+        source,
+        REPO,
+        base_model="org/base",
+        recipe_files=[recipe],
+        bench_json=bench_json(tmp_path),
+        jacobi_settings={"jacobi_block_size": 8, "jacobi_num_blocks": None},
+        output_dir=out,
+        dry_run=True,
+    )
+    assert result.url is None and result.folder == out
+    assert sorted(p.relative_to(source) for p in source.rglob("*")) == before
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "README.md"} <= names
+    assert {"bench.json", "bench.png", "train.yaml", f"{CUSTOM_GENERATE_DIR}/requirements.txt"} <= names
+    assert not {"optimizer.pt", "checkpoint-3/trainer_state.json"} & names
+    for source_file in decoding_sources():
+        assert (out / CUSTOM_GENERATE_DIR / source_file.name).read_bytes() == source_file.read_bytes()
+    saved = json.loads((out / "generation_config.json").read_text())
+    assert saved["decoding"] == "jacobi" and saved["jacobi_block_size"] == 8 and "jacobi_num_blocks" not in saved
+    readme = (out / "README.md").read_text()
+    assert "| Jacobi plain n=16 | 50.0% | 2.50 |" in readme and "`hf-jacobi bench --limit 2`" in readme
+    assert "learning_rate: 1.0e-5" in readme
+
+
+def test_push_refuses_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="is not a saved checkpoint"):
+        publish_checkpoint(tmp_path, REPO, output_dir=tmp_path / "x", dry_run=True)
+    source = saved_checkpoint(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="dry run keeps nothing without --output-dir"):
+        publish_checkpoint(source, REPO, dry_run=True)
+    with pytest.raises(FileNotFoundError, match="bench results"):
+        publish_checkpoint(source, REPO, bench_json=tmp_path / "none.json", output_dir=tmp_path / "y", dry_run=True)
+    with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1"):
+        publish_checkpoint(
+            source, REPO, jacobi_settings={"jacobi_block_size": -1}, output_dir=tmp_path / "z", dry_run=True
+        )
+
+
+# --- custom_generate: the shipped loop, without hf_jacobi ------------------------------------------------------------
+
+CHECK_WITHOUT_HF_JACOBI = textwrap.dedent("""
+    import sys, torch
+    sys.modules["hf_jacobi"] = None  # importing hf_jacobi now fails: the folder must carry everything
+    sys.path.insert(0, {tests!r})
+    from tiny_models import random_prompts
+    from transformers import AutoModelForCausalLM
+    folder = {folder!r}
+    ids, mask = random_prompts(3, 10, seed=1)
+    plain = AutoModelForCausalLM.from_pretrained(folder)
+    greedy = plain.generate(input_ids=ids, attention_mask=mask, max_new_tokens=40, do_sample=False)
+    by_repo = plain.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=40, do_sample=False,
+        custom_generate=folder, trust_remote_code=True, return_dict_in_generate=True,
+    )
+    assert torch.equal(by_repo.sequences, greedy), "custom_generate= differs from greedy"
+    assert by_repo.forward_passes.tolist() and max(by_repo.forward_passes.tolist()) < 39, by_repo.forward_passes
+    loaded = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    jacobi = loaded.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, return_dict_in_generate=True)
+    assert torch.equal(jacobi.sequences, greedy), "from_pretrained(trust_remote_code=True) differs from greedy"
+    assert torch.equal(jacobi.forward_passes, by_repo.forward_passes)
+    assert torch.equal(loaded.generate(ids, attention_mask=mask, max_new_tokens=40, decoding="greedy"), greedy)
+    print("ok", jacobi.forward_passes.tolist())
+""")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_custom_generate_runs_without_hf_jacobi_and_equals_greedy(tmp_path, family):
+    folder = tmp_path / "repo"
+    tiny_model(family).save_pretrained(folder)
+    settings = {"jacobi_block_size": 4, "jacobi_num_blocks": 2, "jacobi_ngram_pool_size": 2}
+    prepare_publish_folder(folder, CardInfo(repo_id=REPO), settings)
+    script = CHECK_WITHOUT_HF_JACOBI.format(tests=str(TESTS), folder=str(folder))
+    env = {"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok")
+
+
+# --- pushing to the (fake) Hub ---------------------------------------------------------------------------------------
+
+
+def test_cli_push_uploads_the_rendered_folder(tmp_path, fake_hub, capsys):
+    source = saved_checkpoint(tmp_path / "ckpt")
+    code = main(
+        [
+            "push", str(source), "--repo-id", REPO, "--base-model", "org/base", "--bench", str(bench_json(tmp_path)),
+            "--block-size", "32", "--ngram-pool-size", "4", "--private", "--token", "hf_fake",
+        ]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert "pushed to" in capsys.readouterr().out
+    assert fake_hub.repos[REPO].private
+    files = fake_hub.files(REPO)
+    assert {"README.md", "generation_config.json", "model.safetensors", "bench.json", "bench.png"} <= files.keys()
+    assert files["custom_generate/generate.py"] == (decoding_sources()[0].parent / "generate.py").read_bytes()
+    assert not any(name.startswith("checkpoint-") or name == "optimizer.pt" for name in files)
+    config = json.loads(files["generation_config.json"])
+    assert (config["decoding"], config["jacobi_block_size"], config["jacobi_ngram_pool_size"]) == ("jacobi", 32, 4)
+    assert b"| `jacobi_block_size` | 32 |" in files["README.md"]
+
+
+def test_cli_push_reports_bad_input_in_one_line(tmp_path, capsys):
+    assert main(["push", str(tmp_path), "--repo-id", REPO, "--dry-run", "--output-dir", str(tmp_path / "o")]) == 1
+    assert "is not a saved checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["push", str(tmp_path), "--repo-id", REPO, "--block-size", "0"])
+    assert exit_info.value.code == 2
+
+
+def test_trainer_push_to_hub_publishes_adapter_card_and_custom_generate(tmp_path, fake_hub):
+    from peft import LoraConfig
+
+    from hf_jacobi import collect_trajectories, load_trajectories
+    from test_training import config, tiny_prompts
+
+    model = fresh_tiny_model("llama")
+    collect_trajectories(
+        model, tiny_tokenizer(), tiny_prompts(2), tmp_path / "traj", block_size=4, max_new_tokens=8, progress=False
+    )
+    args = config(
+        tmp_path / "out", max_steps=1, push_to_hub=True, hub_model_id=REPO, hub_token="hf_fake", hub_strategy="end"
+    )
+    trainer = JacobiForcingTrainer(
+        model,
+        args=args,
+        train_dataset=load_trajectories(tmp_path / "traj"),
+        processing_class=tiny_tokenizer(),
+        peft_config=LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"),
+    )
+    trainer.train()
+    trainer.push_to_hub()
+    files = fake_hub.files(REPO)
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "generation_config.json"} <= files.keys()
+    assert "custom_generate/loop.py" in files
+    config_json = json.loads(files["generation_config.json"])
+    assert config_json["decoding"] == "jacobi" and config_json["jacobi_block_size"] == 4
+    readme = files["README.md"].decode()
+    assert "library_name: peft" in readme and "LoRA r=2" in readme and "block size n=4" in readme
+    assert "arXiv:2512.14681" in readme
