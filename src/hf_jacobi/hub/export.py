@@ -21,6 +21,7 @@ from transformers import GenerationConfig
 from ..decoding import generate as decoding_entry
 from ..decoding.config import JACOBI_PREFIX, JacobiConfig
 from .card import CardInfo, render_model_card
+from .upload import UPLOAD_IGNORE_PATTERNS
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +33,7 @@ TUNE_REPORT = "jacobi_tune.json"
 """Written by `hf-jacobi tune` beside the generation config; the card quotes it to say how defaults were chosen."""
 
 PUBLISH_IGNORE_PATTERNS = (
-    "checkpoint-*",
-    "runs",
-    "optimizer.pt",
-    "scheduler.pt",
-    "rng_state*.pth",
-    "trainer_state.json",
-    "training_args.bin",
-    ".cache",
+    *(pattern.removesuffix("/*") for pattern in UPLOAD_IGNORE_PATTERNS),
     "README.md",
     CUSTOM_GENERATE_DIR,
 )

@@ -19,7 +19,7 @@ from trl import SFTTrainer
 from ..data.masks import noise_aware_block_mask
 from ..data.packing import JacobiForcingCollator
 from ..decoding.kv import AttentionLayout
-from ..hub.card import CITATION, CardInfo
+from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import prepare_publish_folder
 from .config import JacobiForcingConfig
 from .losses import ar_loss, consistency_loss
@@ -150,7 +150,12 @@ class JacobiForcingTrainer(SFTTrainer):
             recipe=self._recipe_markdown(),
         )
         settings = {"jacobi_block_size": self._trained_block_size} if self._trained_block_size else {}
-        prepare_publish_folder(output_dir, card, settings)
+        if (output_dir / "config.json").is_file() or (output_dir / "adapter_config.json").is_file():
+            prepare_publish_folder(output_dir, card, settings)
+        else:  # a checkpoint save: the weights are in checkpoint-*/, only the card goes at the top
+            output_dir.mkdir(parents=True, exist_ok=True)
+            card.jacobi_settings = settings
+            render_model_card(card).save(output_dir / "README.md")
 
     def _recipe_markdown(self) -> str:
         """The settings that define this run, as the card's recipe section."""

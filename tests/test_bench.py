@@ -1,0 +1,236 @@
+"""The bench (tasks, runner, summary, table, plot, JSON) on tiny models, and tune's choice on synthetic cost curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hf_jacobi import enable_jacobi
+from hf_jacobi.bench import report, runner
+from hf_jacobi.bench.runner import AR_COMPILED, AR_STATIC, Setting, bench_settings, run_bench
+from hf_jacobi.bench.tasks import BenchItem, BenchTask, Score, load_task
+from hf_jacobi.bench.tune import (
+    Acceptance,
+    Candidate,
+    candidate_grid,
+    choose,
+    interpolate_cost,
+    predict,
+    roofline_knee,
+    tune,
+    write_generation_config,
+)
+from hf_jacobi.cli import main
+from tiny_models import tiny_model, tiny_tokenizer
+
+DATA = Path(__file__).parent / "data"
+
+
+def word_task(count: int, scored: list | None = None) -> BenchTask:
+    """Prompts in the tiny vocabulary; an item is "correct" when its completion has an even number of words, which
+    only the completion decides, so every lossless setting must score alike."""
+
+    def score(items, completions):
+        if scored is not None:
+            scored.extend(completions)
+        return [Score(len(c.split()) % 2 == 0, "scored") for c in completions]
+
+    items = [
+        BenchItem(f"w/{i}", " ".join(f"t{3 + (i * 5 + j * 7) % 120}" for j in range(3 + i)), None)
+        for i in range(count)
+    ]
+    return BenchTask("words", "accuracy", items, chat=False, stop_strings=(), score=score)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return enable_jacobi(tiny_model("gemma", 0))  # its text repeats, so recycling has something to find
+
+
+def test_run_bench_times_scores_and_checks_every_setting(gemma):
+    scored: list[str] = []
+    task = word_task(3, scored)
+    jacobi = bench_settings([4, 8], ["plain", "both"], compiled_baseline=False)[1:]
+    settings = [Setting("AR (generate)", "ar"), Setting("AR (static cache)", AR_STATIC), *jacobi]
+    run = run_bench(gemma, tiny_tokenizer(), task, settings, max_new_tokens=20, batch_size=2, progress=False)
+    assert [s.name for s in run.settings] == [s.name for s in settings]
+    assert len(run.samples) == 3 * len(settings) and len(run.timings) == 2 * len(settings)
+    assert all(s.identical for s in run.samples)
+    assert len(scored) == len({(s.item_id, s.completion) for s in run.samples})  # each distinct text scored once
+    rows = report.summarize(run)
+    ar, static, *jacobi = rows
+    assert ar["speedup_vs_ar"] == pytest.approx(1.0) and ar["forwards"] == ar["new_tokens"] - 3  # n - 1 per row
+    assert all(r["score"] == ar["score"] and r["identical"] == 3 for r in rows)
+    assert all(r["tokens_per_forward"] > ar["tokens_per_forward"] for r in jacobi)
+    both = [r for r in jacobi if r["variant"] == "both"]
+    assert all(r["tokens_per_forward"] >= 1.0 for r in both)
+    assert all(r["decode_tokens_per_s"] > r["tokens_per_s"] for r in rows)  # excluding the prefill can only help
+    best_ar = max(ar["tokens_per_s"], static["tokens_per_s"])
+    assert all(r["speedup_vs_best_ar"] == pytest.approx(r["tokens_per_s"] / best_ar) for r in rows)
+
+
+def test_a_setting_that_changes_the_text_is_caught(gemma, monkeypatch):
+    original = runner.generated_tokens
+
+    def corrupt(row, eos_ids, pad_id):
+        tokens = original(row, eos_ids, pad_id)
+        return [*tokens[:-1], tokens[-1] + 1] if corrupt.calls.pop() else tokens
+
+    corrupt.calls = [True, False]  # popped from the end: AR row untouched, then one Jacobi row changed
+    monkeypatch.setattr(runner, "generated_tokens", corrupt)
+    settings = bench_settings([4], ["plain"], compiled_baseline=False)
+    run = run_bench(gemma, tiny_tokenizer(), word_task(1), settings, max_new_tokens=8, progress=False)
+    assert [s.identical for s in run.samples] == [True, False]
+
+
+def test_compiled_baseline_falls_back_to_static_cache_when_compilation_fails(gemma, monkeypatch):
+    generate = runner._Decoder.generate
+
+    def failing(self, setting, inputs, max_new_tokens=None):
+        if setting.kind == AR_COMPILED:
+            raise RuntimeError("no C++ compiler")
+        return generate(self, setting, inputs, max_new_tokens)
+
+    monkeypatch.setattr(runner._Decoder, "generate", failing)
+    run = run_bench(gemma, tiny_tokenizer(), word_task(1), bench_settings([4], ["plain"]), 8, progress=False)
+    assert [s.kind for s in run.settings] == ["ar", AR_STATIC, "jacobi"]
+    assert "torch.compile failed here (RuntimeError: no C++ compiler)" in run.notes[0]
+    assert "Note: torch.compile failed" in report.notes(run, report.summarize(run), 1, 8)
+
+
+def test_settings_and_tasks_refuse_bad_input():
+    with pytest.raises(ValueError, match=r"unknown Jacobi variants \['fast'\]"):
+        bench_settings([4], ["fast"])
+    with pytest.raises(ValueError, match="the first setting must be plain AR"):
+        run_bench(None, None, word_task(1), bench_settings([4], ["plain"])[2:])
+    with pytest.raises(ValueError, match="task must be one of"):
+        load_task("mmlu")
+    with pytest.raises(ValueError, match="needs --data"):
+        load_task("gsm8k")
+    with pytest.raises(ValueError, match="takes no data file"):
+        load_task("humaneval", data="x.jsonl")
+
+
+def test_math_tasks_build_prompts_and_score_answers():
+    task = load_task("gsm8k", data=str(DATA / "gsm8k_sample.jsonl"), limit=2)
+    assert task.metric == "accuracy" and task.chat and len(task.items) == 2
+    assert task.items[0].text.endswith("within \\boxed{}.")
+    right = f"So the total is \\boxed{{{task.items[0].reference}}}."
+    assert [s.correct for s in task.score(task.items, [right, "I think 123456789."])] == [True, False]
+    raw = load_task("math", data=str(DATA / "math_sample.jsonl"), limit=1, has_chat_template=False)
+    assert not raw.chat and raw.items[0].text.startswith("Question: ") and raw.items[0].text.endswith("Answer:")
+    encoded = raw.encode(tiny_tokenizer(), raw.items)
+    assert encoded["input_ids"].shape == encoded["attention_mask"].shape
+
+
+def test_humaneval_task_scores_by_running_the_tests():
+    task = load_task("humaneval", limit=1, timeout_s=5)
+    body = (
+        "    for i, a in enumerate(numbers):\n        for b in numbers[i + 1:]:\n"
+        "            if abs(a - b) < threshold:\n                return True\n    return False\n"
+    )
+    scores = task.score(task.items * 2, [body + "\ndef extra():\n    pass\n", "    return True\n"])
+    assert [s.correct for s in scores] == [True, False]
+
+
+def test_table_json_and_plot_are_written(gemma, tmp_path):
+    run = run_bench(gemma, tiny_tokenizer(), word_task(2), bench_settings([2, 4], ["plain"], False), 8, progress=False)
+    rows = report.summarize(run)
+    table = report.markdown_table(rows, "accuracy")
+    assert table.splitlines()[0].startswith("| setting | accuracy | tokens/forward |")
+    assert len(table.splitlines()) == 2 + len(rows) and "| Jacobi plain n=4 |" in table and "| 2/2 |" in table
+    report.write_json(tmp_path / "bench.json", run, rows, {"task": "words"})
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["summary"] == rows and len(saved["samples"]) == 6 and saved["meta"]["task"] == "words"
+    report.plot(tmp_path / "bench.png", rows, "tiny")
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# --- tune ------------------------------------------------------------------------------------------------------------
+
+
+def acceptance(block: int, tpf: float, width: float, blocks: int = 1, pool: int = 0) -> Acceptance:
+    return Acceptance(
+        Candidate(block, blocks, pool), new_tokens=round(tpf * 100), forwards=100, forward_tokens=round(width * 100)
+    )
+
+
+ACCEPTANCES = [
+    acceptance(2, 1.3, 2),
+    acceptance(8, 2.0, 8),
+    acceptance(16, 2.6, 16),
+    acceptance(32, 3.2, 32),
+    acceptance(64, 3.6, 64),
+    acceptance(64, 3.9, 128, blocks=2),
+    acceptance(64, 4.2, 320, blocks=2, pool=4),
+]
+GPU_CURVE = {1: 10.0, 8: 10.1, 32: 10.4, 64: 10.8, 128: 11.5, 256: 16.0, 512: 30.0}  # flat to a knee at ~128
+CPU_CURVE = {1: 10.0, 2: 14.0, 8: 38.0, 32: 110.0, 128: 400.0}  # compute-bound: every token costs
+
+
+def test_interpolation_and_knee():
+    assert interpolate_cost(CPU_CURVE, 1) == 10.0 and interpolate_cost(CPU_CURVE, 5) == pytest.approx(26.0)
+    assert interpolate_cost(CPU_CURVE, 256) == pytest.approx(400 + 290 / 96 * 128)
+    assert roofline_knee(GPU_CURVE) == 128 and roofline_knee(CPU_CURVE) == 2
+
+
+def test_on_a_gpu_like_curve_tune_lands_at_the_roofline_knee():
+    predictions = predict(GPU_CURVE, ACCEPTANCES, loop_overhead_s=0.5)
+    best = predictions[0]
+    assert best.candidate == Candidate(64, 2, 0) and best.mean_width == 128  # the widest forward before the knee
+    timings = {
+        None: 100.0,
+        **{p.candidate: 100.0 / (p.tokens_per_s / predictions[-1].tokens_per_s) for p in predictions},
+    }
+    choice, speedup, verified = choose(predictions, lambda c: timings.get(c, 100.0))
+    assert choice == Candidate(64, 2, 0) and speedup > 3 and len(verified) == 2
+
+
+def test_on_a_cpu_like_curve_tune_keeps_greedy_without_timing_anything():
+    predictions = predict(CPU_CURVE, ACCEPTANCES)
+    assert predictions[0].candidate is None  # nothing beats one token per 10 units here
+
+    def measure(candidate):
+        raise AssertionError("nothing predicted faster than greedy should be timed")
+
+    assert choose(predictions, measure) == (None, None, [])
+
+
+def test_tune_never_picks_a_setting_measured_slower_than_greedy():
+    predictions = predict(GPU_CURVE, ACCEPTANCES)
+    measured = {None: 10.0}  # every candidate turns out slower or within the noise margin
+    choice, speedup, verified = choose(predictions, lambda c: measured.get(c, 10.2), margin=0.03)
+    assert choice is None and speedup is None and all(v["speedup"] < 1 for v in verified)
+
+
+def test_tune_end_to_end_on_a_tiny_model_writes_a_generation_config(tmp_path):
+    model = enable_jacobi(tiny_model("gemma", 0))
+    tokenizer = tiny_tokenizer()
+    prompts = [dict(tokenizer(f"t{5 + i} t9 t{12 + i} t40", return_tensors="pt")) for i in range(2)]
+    grid = candidate_grid([2, 4], [1], [0, 2])
+    result = tune(model, prompts, grid, max_new_tokens=12, widths=(1, 4, 8), repeats=1, progress=False)
+    assert set(result.curve) == {1, 4, 8} and all(c > 0 for c in result.curve.values())
+    assert {a.candidate for a in result.acceptances} == set(grid)
+    assert all(a.tokens_per_forward >= 1.0 and a.mean_width >= a.candidate.block_size for a in result.acceptances)
+    report_json = json.loads(json.dumps(result.report()))
+    assert report_json["choice"]["decoding"] in ("greedy", "jacobi")
+    config = write_generation_config(model.generation_config.__class__(jacobi_num_blocks=3), Candidate(8, 2, 4))
+    assert (config.decoding, config.jacobi_block_size, config.jacobi_num_blocks, config.jacobi_ngram_pool_size) == (
+        "jacobi",
+        8,
+        2,
+        4,
+    )
+    greedy = write_generation_config(config, None)
+    assert greedy.decoding == "greedy" and not hasattr(greedy, "jacobi_block_size")
+
+
+def test_tune_and_bench_commands_refuse_bad_input(capsys):
+    assert main(["tune"]) == 1
+    assert "must not be edited: give --output-dir" in capsys.readouterr().err
+    for argv in (["bench", "--limit", "0"], ["bench", "--variants", "fast"], ["bench", "--task", "mmlu"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
