@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
-.PHONY: setup demo test test-fast test-integration lint format bench-overhead bench-variants recipe-cpu clean
+.PHONY: setup demo test test-fast test-integration lint format bench-overhead bench-variants bench-humaneval tune-cpu \
+	recipe-cpu clean
 
 setup: $(STAMP)
 
@@ -46,6 +47,18 @@ bench-overhead: setup
 bench-variants: setup
 	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 4 --max-new-tokens 64 --block-sizes 8 16 32 64 \
 		--variants plain recycling multi-block both --forward-costs 8 16 32 64 128 256
+
+# The README's HumanEval tables: AR baselines and Jacobi settings on the embedded model, as a chat turn (the instruct
+# model's own format) and as a raw completion (about 15 and 10 minutes on 2 CPU cores).
+bench-humaneval: setup
+	$(BIN)/hf-jacobi bench --chat --limit 10 --max-new-tokens 256 --block-sizes 4 16 --variants plain both \
+		--output-dir bench_results/cpu-humaneval-chat
+	$(BIN)/hf-jacobi bench --limit 30 --max-new-tokens 256 --block-sizes 4 8 16 --variants plain both \
+		--output-dir bench_results/cpu-humaneval
+
+tune-cpu: setup
+	$(BIN)/hf-jacobi tune --output-dir runs/tuned-embedded --prompts 3 --max-new-tokens 48 --block-sizes 2 4 8 16 \
+		--num-blocks 1 --pool-sizes 0 4
 
 # Jacobi Forcing end to end on the embedded model (collect, LoRA training, evaluation): about 10 minutes on 2 CPU cores.
 RECIPE := recipes/smollm2-135m/jacobi_forcing

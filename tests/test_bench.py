@@ -115,14 +115,22 @@ def test_settings_and_tasks_refuse_bad_input():
 
 def test_math_tasks_build_prompts_and_score_answers():
     task = load_task("gsm8k", data=str(DATA / "gsm8k_sample.jsonl"), limit=2)
-    assert task.metric == "accuracy" and task.chat and len(task.items) == 2
+    assert task.metric == "accuracy" and task.uses_chat(tiny_tokenizer()) and len(task.items) == 2
     assert task.items[0].text.endswith("within \\boxed{}.")
     right = f"So the total is \\boxed{{{task.items[0].reference}}}."
     assert [s.correct for s in task.score(task.items, [right, "I think 123456789."])] == [True, False]
-    raw = load_task("math", data=str(DATA / "math_sample.jsonl"), limit=1, has_chat_template=False)
-    assert not raw.chat and raw.items[0].text.startswith("Question: ") and raw.items[0].text.endswith("Answer:")
-    encoded = raw.encode(tiny_tokenizer(), raw.items)
+    raw = load_task("math", data=str(DATA / "math_sample.jsonl"), limit=1)
+    tokenizer = tiny_tokenizer()
+    seen = []
+
+    def recording(texts, **kwargs):
+        seen.extend(texts)
+        return tokenizer(texts, **kwargs)
+
+    recording.chat_template = None  # no template: the math task falls back to a raw "Question: ... Answer:" prompt
+    encoded = raw.encode(recording, raw.items)
     assert encoded["input_ids"].shape == encoded["attention_mask"].shape
+    assert seen == [f"Question: {raw.items[0].text}\nAnswer:"]
 
 
 def test_humaneval_task_scores_by_running_the_tests():
@@ -132,6 +140,18 @@ def test_humaneval_task_scores_by_running_the_tests():
         "            if abs(a - b) < threshold:\n                return True\n    return False\n"
     )
     scores = task.score(task.items * 2, [body + "\ndef extra():\n    pass\n", "    return True\n"])
+    assert [s.correct for s in scores] == [True, False]
+
+
+def test_humaneval_as_a_chat_turn_scores_the_answers_code_block():
+    task = load_task("humaneval", limit=1, chat=True, timeout_s=5)
+    assert task.chat and task.stop_strings == () and "```python\nfrom typing import List" in task.items[0].text
+    answer = (
+        "Here it is:\n```python\nfrom typing import List\n\n\ndef has_close_elements(numbers, threshold):\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n```\n"
+        "It compares every pair."
+    )
+    scores = task.score(task.items * 2, [answer, "It compares every pair of numbers."])
     assert [s.correct for s in scores] == [True, False]
 
 

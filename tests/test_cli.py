@@ -8,6 +8,7 @@ embedded SmolLM2-135M with few prompts and tokens, since a CPU decodes it at abo
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -241,3 +242,60 @@ def test_demo_batched_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0, out
     assert len(_table_rows(out)) == 2
     assert "all outputs identical to greedy: yes" in out
+
+
+def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
+    data = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
+    argv = ["bench", "--model", str(tiny_checkpoint), "--task", "gsm8k", "--data", str(data), "--limit", "3"]
+    argv += ["--block-sizes", "2", "4", "--variants", "plain", "both", "--batch-size", "2", "--max-new-tokens", "12"]
+    code = cli.main([*argv, "--no-compile", "--output-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "| AR (generate) | 0.0% |" in out and "| Jacobi both n=4 |" in out and "3/3 |" in out
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["meta"]["command"].startswith("hf-jacobi bench --model") and saved["meta"]["batch_size"] == 2
+    assert [row["setting"] for row in saved["summary"]][:2] == ["AR (generate)", "Jacobi plain n=2"]
+    assert (tmp_path / "bench.md").read_text().startswith("| setting | accuracy |")
+    assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
+    out_dir = tmp_path / "tuned"
+    argv = ["tune", "--model", str(tiny_checkpoint), "--output-dir", str(out_dir), "--prompts", "2"]
+    argv += [
+        "--max-new-tokens",
+        "8",
+        "--block-sizes",
+        "2",
+        "4",
+        "--num-blocks",
+        "1",
+        "--pool-sizes",
+        "0",
+        "--repeats",
+        "1",
+    ]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "roofline on" in out and "choice:" in out
+    config = json.loads((out_dir / "generation_config.json").read_text())
+    report = json.loads((out_dir / "jacobi_tune.json").read_text())
+    assert config["decoding"] == report["choice"]["decoding"]
+    if config["decoding"] == "jacobi":
+        assert (
+            config["jacobi_block_size"] == report["choice"]["block_size"] and report["choice"]["measured_speedup"] > 1
+        )
+    assert len(report["acceptance"]) == 2 and "1" in report["roofline_seconds"]
+    assert not (tiny_checkpoint / "jacobi_tune.json").exists()
+
+
+@pytest.mark.integration
+@needs_model
+def test_bench_on_embedded_model_scores_humaneval(tmp_path: Path, capsys) -> None:
+    argv = ["bench", "--limit", "2", "--max-new-tokens", "24", "--block-sizes", "4", "--variants", "both"]
+    code = cli.main([*argv, "--no-compile", "--output-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary = json.loads((tmp_path / "bench.json").read_text())["summary"]
+    assert [row["identical"] for row in summary] == [2, 2]
+    assert all(row["score"] is not None for row in summary)

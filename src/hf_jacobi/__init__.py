@@ -7,6 +7,7 @@ from .data.trajectories import TrajectoryRecorder
 from .decoding.config import JacobiConfig
 from .decoding.generate import disable_jacobi, enable_jacobi
 from .decoding.outputs import JacobiDecoderOnlyOutput
+from .hub.push import publish_checkpoint
 from .models import load_default_model
 from .training.config import JacobiForcingConfig
 from .training.trainer import JacobiForcingTrainer
@@ -28,5 +29,6 @@ __all__ = [
     "load_default_model",
     "load_prompts",
     "load_trajectories",
+    "publish_checkpoint",
     "stdlib_prompts",
 ]

@@ -306,20 +306,19 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from hf_jacobi.bench.runner import bench_settings, run_bench
     from hf_jacobi.bench.tasks import load_task
 
-    loaded = load_model(args.model, args.dtype)
-    try:
+    try:  # the task first: a bad --data is reported before a model is loaded
         task = load_task(
             args.task,
             data=args.data,
             split=args.split,
             limit=args.limit,
             chat=args.chat,
-            has_chat_template=bool(loaded.tokenizer.chat_template),
             timeout_s=args.timeout,
             workers=args.workers,
         )
     except (MissingDataError, FileNotFoundError, ValueError) as error:
         raise CliError(str(error)) from None
+    loaded = load_model(args.model, args.dtype)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
     run = run_bench(loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size)
     rows = report.summarize(run)

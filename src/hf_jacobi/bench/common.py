@@ -25,6 +25,24 @@ VARIANTS: dict[str, dict[str, int | float]] = {
 """Jacobi settings added to the block size for each benchmarked variant (jacobi_ prefix omitted)."""
 
 
+class ForwardCounts:
+    """Ratios every measurement of a Jacobi run reports, for dataclasses with `new_tokens`, `forwards` and
+    `forward_tokens` fields."""
+
+    new_tokens: int
+    forwards: int
+    forward_tokens: int
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.new_tokens / max(self.forwards, 1)
+
+    @property
+    def mean_width(self) -> float:
+        """Tokens fed per forward (chain and candidate branches)."""
+        return self.forward_tokens / max(self.forwards, 1)
+
+
 class MissingDataError(RuntimeError):
     """Benchmark data that a package should ship is not installed."""
 

@@ -23,12 +23,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from hf_jacobi.bench.common import VARIANTS, humaneval_prompts, positive_int, timed
+from hf_jacobi.bench.common import VARIANTS, ForwardCounts, humaneval_prompts, positive_int, timed
 from hf_jacobi.decoding.generate import enable_jacobi
 
 
 @dataclass
-class PromptResult:
+class PromptResult(ForwardCounts):
     task_id: str
     variant: str
     block_size: int
@@ -43,14 +43,6 @@ class PromptResult:
     prefill_s: float
     iteration_s: float
     bare_forward_s: float
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.new_tokens / max(self.forwards, 1)
-
-    @property
-    def mean_width(self) -> float:
-        return self.forward_tokens / max(self.forwards, 1)
 
 
 @torch.inference_mode()

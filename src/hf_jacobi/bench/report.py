@@ -129,8 +129,11 @@ def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
             speed_ax.axhline(r["speedup_vs_ar"], linestyle="--", linewidth=1, color="gray")
             speed_ax.annotate(r["setting"], (0.01, r["speedup_vs_ar"]), xycoords=("axes fraction", "data"), fontsize=7)
     tpf_ax.axhline(1.0, linestyle="--", linewidth=1, color="gray")
+    blocks = sorted({r["block_size"] for r in jacobi})
     for ax, label in ((tpf_ax, "tokens per forward"), (speed_ax, "tokens/s vs AR (prefill incl.)")):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(blocks, [str(b) for b in blocks])
+        ax.minorticks_off()
         ax.set_xlabel("block size n")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)

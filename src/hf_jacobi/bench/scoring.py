@@ -129,6 +129,24 @@ def truncate_completion(text: str) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
+
+CHAT_INSTRUCTION = "Complete the following Python function. Answer with the whole function in a ```python code block."
+"""How an instruct model is asked for a HumanEval solution when the bench runs it as a chat turn."""
+
+
+def chat_completion_code(answer: str, entry_point: str) -> str:
+    """What to append to the HumanEval prompt, from a chat answer: the first fenced code block (else the whole answer).
+
+    Answers usually repeat the whole function; appended after the prompt (whose docstring is a valid body) its
+    definition replaces the stub, and the prompt's imports stay in scope. An answer with only the body is indented
+    code and continues the stub instead.
+    """
+    match = _FENCE_RE.search(answer)
+    code = match.group(1) if match else answer
+    return "\n" + code if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) else code
+
+
 def _child_environment() -> dict[str, str]:
     """The parent's environment minus what would make a sample import or run something other than the interpreter's own."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONSTARTUP")}

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from ..decoding.config import JACOBI_PREFIX, JacobiConfig
-from .common import timed
+from .common import ForwardCounts, timed
 from .overhead import block_forward_seconds
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -61,7 +61,7 @@ def candidate_grid(
 
 
 @dataclass
-class Acceptance:
+class Acceptance(ForwardCounts):
     """What a candidate did on the sample prompts; tokens and forwards do not depend on the hardware."""
 
     candidate: Candidate
@@ -69,14 +69,6 @@ class Acceptance:
     forwards: int
     forward_tokens: int
     decode_seconds: float = 0.0
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.new_tokens / max(self.forwards, 1)
-
-    @property
-    def mean_width(self) -> float:
-        return self.forward_tokens / max(self.forwards, 1)
 
 
 def interpolate_cost(curve: dict[int, float], width: float) -> float:
