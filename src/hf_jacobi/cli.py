@@ -29,6 +29,8 @@ from transformers import (
 from hf_jacobi import enable_jacobi, load_default_model
 from hf_jacobi.bench.common import (
     MissingDataError,
+    eos_token_ids,
+    generated_tokens,
     humaneval_prompts,
     non_negative_int,
     positive_float,
@@ -74,10 +76,7 @@ class LoadedModel:
 
     @property
     def eos_ids(self) -> set[int]:
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            return set()
-        return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+        return eos_token_ids(self.model.generation_config)
 
     def describe(self, dtype: str) -> str:
         return f"model: {self.name} | device: {self.model.device} | dtype: {dtype}"
@@ -102,11 +101,7 @@ def load_model(path: Path | None, dtype: str) -> LoadedModel:
 def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
     """Tokens each row generated, up to and including its first EOS; the padding greedy adds after it is not counted,
     which gives greedy the smallest honest forward count when rows of a batch finish at different times."""
-    counts = []
-    for row in sequences[:, prompt_width:].tolist():
-        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
-        counts.append(end)
-    return counts
+    return [len(generated_tokens(row, eos_ids)) for row in sequences[:, prompt_width:]]
 
 
 def per_forward(tokens: int, forwards: int) -> str:

@@ -25,6 +25,11 @@ VARIANTS: dict[str, dict[str, int | float]] = {
 """Jacobi settings added to the block size for each benchmarked variant (jacobi_ prefix omitted)."""
 
 
+def jacobi_kwargs(variant: str, block_size: int) -> dict[str, int | float]:
+    """The `jacobi_*` generate() keywords of one benchmarked variant at one block size."""
+    return {"jacobi_block_size": block_size, **{f"jacobi_{k}": v for k, v in VARIANTS[variant].items()}}
+
+
 class ForwardCounts:
     """Ratios every measurement of a Jacobi run reports, for dataclasses with `new_tokens`, `forwards` and
     `forward_tokens` fields."""
@@ -41,6 +46,26 @@ class ForwardCounts:
     def mean_width(self) -> float:
         """Tokens fed per forward (chain and candidate branches)."""
         return self.forward_tokens / max(self.forwards, 1)
+
+
+def eos_token_ids(generation_config) -> set[int]:
+    """The ids that end a row, whether the config holds one id, a list or none."""
+    eos = generation_config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+
+
+def generated_tokens(row: torch.Tensor, eos_ids: set[int], pad_id: int | None = None) -> list[int]:
+    """The tokens a row really generated: up to and including its first EOS, without the padding a finished row gets
+    while others in its batch go on (stripped from the end when `pad_id` is given and no EOS came)."""
+    tokens = row.tolist()
+    for i, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: i + 1]
+    while tokens and pad_id is not None and tokens[-1] == pad_id:
+        tokens.pop()
+    return tokens
 
 
 class MissingDataError(RuntimeError):

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from hf_jacobi.bench.common import VARIANTS, ForwardCounts, humaneval_prompts, positive_int, timed
+from hf_jacobi.bench.common import VARIANTS, ForwardCounts, humaneval_prompts, jacobi_kwargs, positive_int, timed
 from hf_jacobi.decoding.generate import enable_jacobi
 
 
@@ -99,16 +99,14 @@ def run_greedy(model, tokenizer, task_id: str, prompt: str, max_new_tokens: int)
 def measure_variant(
     model, greedy: GreedyRun, variant: str, block_size: int, max_new_tokens: int, repeats: int
 ) -> PromptResult:
-    settings = {f"jacobi_{k}": v for k, v in VARIANTS[variant].items()}
     out, jacobi_s = timed(
         lambda: model.generate(
             **greedy.inputs,
             max_new_tokens=max_new_tokens,
             do_sample=False,
             decoding="jacobi",
-            jacobi_block_size=block_size,
             return_dict_in_generate=True,
-            **settings,
+            **jacobi_kwargs(variant, block_size),
         )
     )
     prompt_len = greedy.inputs["input_ids"].shape[1]

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import CompileConfig, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from .common import VARIANTS, timed
+from .common import VARIANTS, eos_token_ids, generated_tokens, jacobi_kwargs, timed
 from .tasks import BenchItem, BenchTask
 
 AR = "ar"
@@ -47,8 +47,7 @@ class Setting:
             # generate only auto-compiles on accelerators; on other devices it has to be asked explicitly
             config._compile_all_devices = device.type not in ("cuda", "xpu")
             return {"decoding": "greedy", "cache_implementation": "static", "compile_config": config}
-        jacobi = {f"jacobi_{k}": v for k, v in VARIANTS[self.variant].items()}
-        return {"decoding": "jacobi", "jacobi_block_size": self.block_size, **jacobi}
+        return {"decoding": "jacobi", **jacobi_kwargs(self.variant, self.block_size)}
 
     @property
     def is_ar(self) -> bool:
@@ -115,25 +114,6 @@ def prefill_seconds(model: PreTrainedModel, inputs: dict[str, torch.Tensor], rep
     return statistics.median(times)
 
 
-def generated_tokens(row: torch.Tensor, eos_ids: set[int], pad_id: int | None) -> list[int]:
-    """The tokens a row really generated: up to and including its first EOS, without the padding a finished row gets
-    while others in its batch go on."""
-    tokens = row.tolist()
-    for i, token in enumerate(tokens):
-        if token in eos_ids:
-            return tokens[: i + 1]
-    while tokens and pad_id is not None and tokens[-1] == pad_id:
-        tokens.pop()
-    return tokens
-
-
-def _eos_ids(model: PreTrainedModel) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    if eos is None:
-        return set()
-    return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
-
-
 class _Decoder:
     """Runs one setting on one batch and turns the output into per-row results."""
 
@@ -142,21 +122,17 @@ class _Decoder:
         self.tokenizer = tokenizer
         self.task = task
         self.max_new_tokens = max_new_tokens
-        self.eos_ids = _eos_ids(model)
+        self.eos_ids = eos_token_ids(model.generation_config)
         self.pad_id = model.generation_config.pad_token_id
+        self.stops = {"stop_strings": list(task.stop_strings), "tokenizer": tokenizer} if task.stop_strings else {}
 
     def generate(self, setting: Setting, inputs: dict[str, torch.Tensor], max_new_tokens: int | None = None):
-        stops = (
-            {"stop_strings": list(self.task.stop_strings), "tokenizer": self.tokenizer}
-            if self.task.stop_strings
-            else {}
-        )
         return self.model.generate(
             **inputs,
             max_new_tokens=max_new_tokens or self.max_new_tokens,
             do_sample=False,
             return_dict_in_generate=True,
-            **stops,
+            **self.stops,
             **setting.generate_kwargs(self.model.device),
         )
 

@@ -22,8 +22,10 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from ..decoding.config import JACOBI_PREFIX, JacobiConfig
+from ..hub.export import jacobi_generation_config
 from .common import ForwardCounts, timed
 from .overhead import block_forward_seconds
+from .runner import prefill_seconds
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BLOCK_SIZES = (2, 4, 8, 16, 32, 64)
@@ -241,11 +243,8 @@ def write_generation_config(config: GenerationConfig, choice: Candidate | None) 
     if choice is None:
         config.decoding = "greedy"
         return config
-    config.decoding = "jacobi"
-    for key, value in choice.generate_kwargs().items():
-        if key.startswith(JACOBI_PREFIX):
-            setattr(config, key, value)
-    return config
+    settings = {k: v for k, v in choice.generate_kwargs().items() if k.startswith(JACOBI_PREFIX)}
+    return jacobi_generation_config(config, settings)
 
 
 def save_report(folder: Path, result: TuneResult) -> Path:
@@ -279,7 +278,7 @@ def tune(
     model.generate(**first, max_new_tokens=4, do_sample=False, **candidates[0].generate_kwargs())
     continuation = model.generate(**first, max_new_tokens=max(max_new_tokens // 2, 1), **greedy_kwargs)
     curve = measure_roofline(model, continuation, widths, repeats)
-    prefill_s = statistics.mean(timed(lambda p=p: model(**p, use_cache=True, logits_to_keep=1))[1] for p in prompts)
+    prefill_s = statistics.mean(prefill_seconds(model, p, repeats=1) for p in prompts)
     acceptances = measure_acceptance(model, prompts, candidates, max_new_tokens, progress)
     overhead = loop_overhead(curve, acceptances, prefill_s, len(prompts))
     predictions = predict(curve, acceptances, overhead)

@@ -21,7 +21,7 @@ from transformers import GenerationConfig
 from ..decoding import generate as decoding_entry
 from ..decoding.config import JACOBI_PREFIX, JacobiConfig
 from .card import CardInfo, render_model_card
-from .upload import UPLOAD_IGNORE_PATTERNS
+from .upload import UPLOAD_IGNORE_PATTERNS, checkpoint_folder
 
 logger = logging.getLogger(__name__)
 
@@ -127,12 +127,7 @@ def prepare_publish_folder(
     Writes generation_config.json with `decoding="jacobi"` and the Jacobi defaults, the model card (README.md), the
     `custom_generate/` folder and copies of `extra_files` (e.g. the bench plot). Returns the Jacobi settings written.
     """
-    folder = Path(folder)
-    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
-        raise ValueError(
-            f"{str(folder)!r} is not a saved checkpoint: expected config.json (a model) or adapter_config.json "
-            "(a peft adapter) in it"
-        )
+    folder = checkpoint_folder(folder)
     generation_config = jacobi_generation_config(_base_generation_config(folder), jacobi_settings or {})
     generation_config.save_pretrained(folder)
     settings = jacobi_settings_of(generation_config)

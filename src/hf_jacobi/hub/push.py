@@ -16,7 +16,7 @@ from typing import Any
 from ..bench.report import markdown_table
 from .card import CardInfo, fenced_files
 from .export import prepare_publish_folder, stage_checkpoint
-from .upload import upload_checkpoint
+from .upload import checkpoint_folder, upload_checkpoint
 
 
 @dataclass
@@ -78,12 +78,7 @@ def publish_checkpoint(
     With `output_dir` the rendered folder is kept there for inspection; otherwise a temporary folder is used and
     removed after the upload.
     """
-    source = Path(model_dir)
-    if not (source / "config.json").is_file() and not (source / "adapter_config.json").is_file():
-        raise ValueError(
-            f"{str(source)!r} is not a saved checkpoint: expected config.json (a model) or adapter_config.json "
-            "(a peft adapter) in it"
-        )
+    source = checkpoint_folder(model_dir)
     if output_dir is not None and output_dir.exists() and any(output_dir.iterdir()):
         raise ValueError(f"--output-dir {str(output_dir)!r} is not empty; give a new or empty folder")
     if dry_run and output_dir is None:

@@ -17,7 +17,7 @@ from huggingface_hub import HfApi
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-__all__ = ["UPLOAD_IGNORE_PATTERNS", "upload_checkpoint"]
+__all__ = ["UPLOAD_IGNORE_PATTERNS", "checkpoint_folder", "is_checkpoint_folder", "upload_checkpoint"]
 
 # Patterns are matched by huggingface_hub with fnmatch against paths relative to the folder, and `*` crosses `/`:
 # "checkpoint-*" therefore drops whole intermediate checkpoint folders, "*.pt" drops .pt files at any depth.
@@ -36,17 +36,21 @@ UPLOAD_IGNORE_PATTERNS: list[str] = [
 _MODEL_MARKERS = ("config.json", "adapter_config.json")
 
 
-def _check_folder(folder: str | os.PathLike) -> Path:
-    """Fail before any network call when the folder cannot be a loadable checkpoint."""
+def is_checkpoint_folder(folder: str | os.PathLike) -> bool:
+    return any((Path(folder).expanduser() / marker).is_file() for marker in _MODEL_MARKERS)
+
+
+def checkpoint_folder(folder: str | os.PathLike) -> Path:
+    """The folder as a Path; fails (before any staging or network call) when it cannot be a loadable checkpoint."""
     path = Path(folder).expanduser()
     if not path.exists():
         raise ValueError(f"Checkpoint folder {str(folder)!r} does not exist.")
     if not path.is_dir():
         raise ValueError(f"Checkpoint folder {str(folder)!r} is not a directory.")
-    if not any((path / marker).is_file() for marker in _MODEL_MARKERS):
+    if not is_checkpoint_folder(path):
         raise ValueError(
-            f"Checkpoint folder {str(folder)!r} has neither config.json nor adapter_config.json: expected a folder "
-            "written by save_pretrained (a full model or a PEFT adapter)."
+            f"{str(folder)!r} is not a saved checkpoint: expected config.json (a model) or adapter_config.json "
+            "(a peft adapter) in it, as written by save_pretrained."
         )
     return path
 
@@ -85,7 +89,7 @@ def upload_checkpoint(
     Raises ``ValueError`` for a missing or non-model folder, a malformed repo id or ``create_pr`` with a branch, and
     ``RuntimeError`` when huggingface_hub is in offline mode.
     """
-    path = _check_folder(folder)
+    path = checkpoint_folder(folder)
     _check_repo_id(repo_id)
     if create_pr and revision not in (None, hf_constants.DEFAULT_REVISION):
         raise ValueError(

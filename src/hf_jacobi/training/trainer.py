@@ -21,6 +21,7 @@ from ..data.packing import JacobiForcingCollator
 from ..decoding.kv import AttentionLayout
 from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import prepare_publish_folder
+from ..hub.upload import is_checkpoint_folder
 from .config import JacobiForcingConfig
 from .losses import ar_loss, consistency_loss
 
@@ -150,7 +151,7 @@ class JacobiForcingTrainer(SFTTrainer):
             recipe=self._recipe_markdown(),
         )
         settings = {"jacobi_block_size": self._trained_block_size} if self._trained_block_size else {}
-        if (output_dir / "config.json").is_file() or (output_dir / "adapter_config.json").is_file():
+        if is_checkpoint_folder(output_dir):
             prepare_publish_folder(output_dir, card, settings)
         else:  # a checkpoint save: the weights are in checkpoint-*/, only the card goes at the top
             output_dir.mkdir(parents=True, exist_ok=True)
