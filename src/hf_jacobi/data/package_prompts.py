@@ -1,4 +1,4 @@
-""""Implement this function" prompts built from the documented public functions of installed Python packages.
+""" "Implement this function" prompts built from the documented public functions of installed Python packages.
 
 Jacobi Forcing learns from the model's own answers, so what matters is many distinct prompts that look like real code
 requests, and none that look like the evaluation sets. The stdlib source alone holds ~340 prompts; walking the
@@ -85,7 +85,7 @@ def package_prompt_rows(packages: tuple[str, ...] = PACKAGES) -> list[tuple[str,
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     module = importlib.import_module(module_name)
-            except BaseException:  # noqa: BLE001 - some modules exit or need optional extras at import
+            except BaseException:  # some modules exit or need optional extras at import
                 continue
             for name, value in sorted(vars(module).items()):
                 if name.startswith("_") or not inspect.isfunction(value) or value.__module__ != module_name:
