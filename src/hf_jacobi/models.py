@@ -29,6 +29,8 @@ import torch
 from filelock import FileLock, Timeout
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .loading import set_padding
+
 __all__ = [
     "CACHE_ENV_VAR",
     "DEFAULT_MODEL_NAME",
@@ -42,7 +44,6 @@ __all__ = [
     "find_gguf_file",
     "load_default_model",
     "model_cache_problem",
-    "set_padding",
 ]
 
 logger = logging.getLogger(__name__)
@@ -230,13 +231,6 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     generation_config.save_pretrained(target)
 
 
-def _remove_path(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
 def _build_cache(gguf: Path, folder: Path, source: dict[str, Any]) -> None:
     """Convert into a temporary sibling and rename it into place, so ``folder`` is never seen half written.
 
@@ -305,15 +299,6 @@ def ensure_model_cache(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return folder
 
 
-def set_padding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Gives a tokenizer without a pad token the EOS token as padding, and generation the same id, so that batched
-    generation and collation can pad any checkpoint."""
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-
-
 def load_default_model(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -336,7 +321,6 @@ def load_default_model(
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=attn_implementation)
     set_padding(model, tokenizer)
-    tokenizer.padding_side = "left"
     model.config.name_or_path = str(folder)
     if device is not None:
         model = model.to(device)

@@ -7,6 +7,7 @@ here, at the public boundary, so that the decoding loop can trust its inputs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -90,6 +91,64 @@ class JacobiConfig:
     def setting_names(cls) -> tuple[str, ...]:
         """The `jacobi_*` keyword names accepted by generate() and GenerationConfig."""
         return tuple(JACOBI_PREFIX + f.name for f in fields(cls))
+
+    def replace(self, **changes: Any) -> JacobiConfig:
+        """A copy with some settings changed (None values are ignored, so optional CLI flags can be passed as they
+        are); the copy is validated like any new config."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings by their short names (`block_size`, ...), for reports and JSON."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to_generate_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments that make `model.generate(...)` run Jacobi decoding with exactly these settings."""
+        kwargs: dict[str, Any] = {"decoding": "jacobi"}
+        kwargs.update({JACOBI_PREFIX + name: value for name, value in self.to_dict().items() if value is not None})
+        return kwargs
+
+    @classmethod
+    def from_generation_config(cls, generation_config: GenerationConfig | None, **overrides: Any) -> JacobiConfig:
+        """The settings a GenerationConfig carries (defaults for those it lacks), then `overrides` (None ignored).
+
+        This is how a checkpoint's generation_config.json, written by `write_to`, becomes the defaults of a call.
+        """
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = getattr(generation_config, JACOBI_PREFIX + f.name, None) if generation_config is not None else None
+            if value is not None:
+                values[f.name] = value
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"Unknown Jacobi setting(s) {unknown}; accepted settings are {sorted(cls().to_dict())}.")
+        return cls(**values)
+
+    def write_to(self, generation_config: GenerationConfig, *, decoding: str = "jacobi") -> GenerationConfig:
+        """Stores these settings on `generation_config` (in place, and returned) so that `save_pretrained` carries them
+        and `model.generate(decoding=...)` with no other argument uses them.
+
+        Settings left at None are removed rather than written, so a later default (e.g. `verify_size` following the
+        pool size) keeps applying. `decoding="greedy"` records settings but keeps stock decoding the default.
+        """
+        generation_config.decoding = validate_decoding(decoding)
+        for name, value in self.to_dict().items():
+            key = JACOBI_PREFIX + name
+            if value is None:
+                if hasattr(generation_config, key):
+                    delattr(generation_config, key)
+            else:
+                setattr(generation_config, key, value)
+        return generation_config
+
+    def describe(self) -> str:
+        """A short human label, e.g. "block 16, 2 blocks, pool 4", for tables and logs."""
+        parts = [f"block {self.block_size}"]
+        if self.num_blocks > 1:
+            parts.append(f"{self.num_blocks} blocks")
+        if self.ngram_pool_size:
+            parts.append(f"pool {self.ngram_pool_size}")
+        return ", ".join(parts)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

