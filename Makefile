@@ -42,10 +42,10 @@ test-integration: setup
 	$(BIN)/python -m pytest -q -m integration
 
 bench-overhead: setup
-	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 6 --max-new-tokens 96 --block-sizes 8 16 32
+	$(BIN)/hf-jacobi overhead --prompts 6 --max-new-tokens 96 --block-sizes 8 16 32
 
 bench-variants: setup
-	$(BIN)/python -m hf_jacobi.bench.overhead --prompts 4 --max-new-tokens 64 --block-sizes 8 16 32 64 \
+	$(BIN)/hf-jacobi overhead --prompts 4 --max-new-tokens 64 --block-sizes 8 16 32 64 \
 		--variants plain recycling multi-block both --forward-costs 8 16 32 64 128 256
 
 # The README's HumanEval tables: AR baselines and Jacobi settings on the embedded model, as a chat turn (the instruct

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
 from transformers import BatchEncoding
 
 from hf_jacobi import enable_jacobi
-from hf_jacobi.bench.common import humaneval_prompts
+from hf_jacobi.bench.common import VARIANTS
 from hf_jacobi.bench.overhead import (
-    VARIANTS,
-    forward_cost_curve,
+    cost_curve_table,
     markdown_table,
     measure_variant,
     run_greedy,
+    run_overhead,
     summarize,
 )
+from hf_jacobi.bench.roofline import forward_cost_curve
+from hf_jacobi.cli import overhead as overhead_command
+from hf_jacobi.data.humaneval import humaneval_prompts
 from tiny_models import random_prompts, tiny_model
 
 
@@ -62,3 +68,30 @@ def test_forward_cost_curve_is_relative_to_one_token():
     assert [point["tokens"] for point in curve] == [1, 4, 20]
     assert curve[0]["vs_one_token"] == 1.0
     assert all(point["forward_ms"] > 0 for point in curve)
+
+
+def test_run_overhead_measures_every_variant_and_the_cost_curve():
+    model = enable_jacobi(tiny_model("gemma", 0))
+    prompts = [("t/0", "x"), ("t/1", "xy")]
+    run = run_overhead(model, fake_tokenizer, prompts, ["plain", "both"], [4], 16, 1, [4], progress=False)
+    assert [(r.task_id, r.variant) for r in run.results] == [(t, v) for v in ("plain", "both") for t, _ in prompts]
+    assert [row["variant"] for row in run.rows] == ["plain", "both"] and all(r["all_identical"] for r in run.rows)
+    assert [point["tokens"] for point in run.curve] == [1, 4] and run.context_tokens == 10 + 8
+    assert set(run.to_json()) == {"summary", "forward_costs", "prompts"} and len(run.to_json()["prompts"]) == 4
+    assert cost_curve_table(run.curve).splitlines()[:2] == [
+        "| tokens | forward ms | x one-token forward |",
+        "|---|---|---|",
+    ]
+
+
+def test_overhead_command_line_refuses_bad_input():
+    parser = argparse.ArgumentParser()
+    overhead_command.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["overhead", "--block-sizes", "8", "16", "--variants", "plain", "both", "--json", "o.json"]
+    )
+    assert (args.block_sizes, args.variants, args.prompts, args.forward_costs) == ([8, 16], ["plain", "both"], 8, [])
+    for argv in (["--prompts", "0"], ["--variants", "fast"], ["--forward-costs", "-1"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(["overhead", *argv])
+        assert exit_info.value.code == 2

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from tokenizers.pre_tokenizers import Whitespace
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_jacobi import cli
+from hf_jacobi.cli import common, generate
 from hf_jacobi.models import GGUF_PACKAGE
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
@@ -67,6 +70,19 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = LlamaForCausalLM(config).eval()
     model.save_pretrained(folder)
     return folder
+
+
+def test_help_lists_every_command_also_as_a_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m hf_jacobi.cli` is how `accelerate launch` runs the recipe steps."""
+    monkeypatch.setattr(sys, "argv", ["hf-jacobi", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_module("hf_jacobi.cli", run_name="__main__")
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("generate", "demo", "bench", "tune", "push", "collect", "train", "evaluate"):
+        assert command in out, command
 
 
 @pytest.mark.parametrize("flag", ["--block-size", "--max-new-tokens"])
@@ -157,7 +173,7 @@ def test_rejects_folder_without_config(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_new_token_counts_stop_at_first_eos() -> None:
     sequences = torch.tensor([[7, 7, 5, 2, 0, 0], [7, 7, 5, 6, 8, 9]])
-    assert cli.new_token_counts(sequences, prompt_width=2, eos_ids={2}) == [2, 4]
+    assert common.new_token_counts(sequences, prompt_width=2, eos_ids={2}) == [2, 4]
 
 
 def test_generate_compare_on_local_checkpoint(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,9 +205,9 @@ def test_generate_mismatch_exits_1(
     tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The exit code must expose a Jacobi result that differs from greedy; simulated by corrupting its last token."""
-    load_model = cli.load_model
+    load_model = common.load_model
 
-    def load_corrupted(path: Path | None, dtype: str) -> cli.LoadedModel:
+    def load_corrupted(path: Path | None, dtype: str) -> common.LoadedModel:
         loaded = load_model(path, dtype)
         generate = loaded.model.generate
 
@@ -204,7 +220,7 @@ def test_generate_mismatch_exits_1(
         loaded.model.generate = corrupted
         return loaded
 
-    monkeypatch.setattr(cli, "load_model", load_corrupted)
+    monkeypatch.setattr(generate, "load_model", load_corrupted)
     code = cli.main(["generate", "hello", "--model", str(tiny_checkpoint), "--max-new-tokens", "8", "--compare"])
     assert code == 1
     assert "identical: no" in capsys.readouterr().out

@@ -8,7 +8,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.generation.streamers import BaseStreamer
 
 from hf_jacobi import JacobiDecoderOnlyOutput, enable_jacobi
-from hf_jacobi.decoding import kv
+from hf_jacobi.decoding import cache as kv_cache
 from tiny_models import EAGER_ONLY, FAMILIES, PAD, random_prompts, tiny_model
 
 
@@ -264,13 +264,13 @@ def test_works_through_peft():
 def test_cache_compaction_changes_nothing(monkeypatch):
     """Compacting after every step (moving every row's valid slots together) keeps outputs identical."""
     calls = []
-    original = kv.KVSlots.maybe_compact
+    original = kv_cache.KVSlots.maybe_compact
 
     def always(self, cache, min_holes=32, fraction=0.25):
         calls.append(self.holes())
         return original(self, cache, min_holes=0, fraction=0.0)
 
-    monkeypatch.setattr(kv.KVSlots, "maybe_compact", always)
+    monkeypatch.setattr(kv_cache.KVSlots, "maybe_compact", always)
     for family in ("llama", "mistral", "qwen3"):
         model = enable_jacobi(tiny_model(family, 0))
         ids, mask = random_prompts(3, 9, seed=14)

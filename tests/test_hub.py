@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from transformers import GenerationConfig
 
-from hf_jacobi import JacobiForcingTrainer
+from hf_jacobi import JacobiConfig, JacobiForcingTrainer
 from hf_jacobi.cli import main
 from hf_jacobi.hub.card import CardInfo, render_model_card
 from hf_jacobi.hub.export import (
@@ -22,6 +22,7 @@ from hf_jacobi.hub.export import (
     prepare_publish_folder,
 )
 from hf_jacobi.hub.push import publish_checkpoint
+from hf_jacobi.hub.results import BenchResults
 from tiny_models import fresh_tiny_model, tiny_model, tiny_tokenizer
 
 REPO = "acme/tiny-jacobi"
@@ -59,14 +60,27 @@ def bench_json(folder: Path) -> Path:
 
 def test_generation_config_carries_jacobi_defaults_and_rejects_bad_ones():
     base = GenerationConfig(eos_token_id=2, jacobi_num_blocks=2)
-    config = jacobi_generation_config(base, {"jacobi_ngram_pool_size": 4})
-    assert config.decoding == "jacobi" and config.eos_token_id == 2
+    config = jacobi_generation_config(base, JacobiConfig.from_generation_config(base, ngram_pool_size=4))
+    assert config.decoding == "jacobi" and config.eos_token_id == 2 and not config._from_model_config
     assert (config.jacobi_block_size, config.jacobi_num_blocks, config.jacobi_ngram_pool_size) == (16, 2, 4)
     assert not hasattr(base, "decoding")  # the caller's config is left alone
     with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1, got 0"):
-        jacobi_generation_config(None, {"block_size": 0})
-    with pytest.raises(ValueError, match="Unknown Jacobi setting 'jacobi_blok_size'"):
-        jacobi_generation_config(None, {"jacobi_blok_size": 8})
+        JacobiConfig.from_generation_config(None, block_size=0)
+    with pytest.raises(ValueError, match=r"Unknown Jacobi setting\(s\) \['blok_size'\]"):
+        JacobiConfig.from_generation_config(None, blok_size=8)
+
+
+def test_bench_results_read_back_what_bench_wrote(tmp_path):
+    results = BenchResults.from_json(bench_json(tmp_path))
+    assert results.plot == tmp_path / "bench.png" and results.meta["task"] == "humaneval"
+    assert results.table().splitlines()[0].startswith("| setting | pass@1 | tokens/forward |")
+    assert "| Jacobi plain n=16 | 50.0% | 2.50 | 21.0 | 24.0 | 2.10x | 2.10x | 2/2 |" in results.table()
+    assert results.description().startswith(
+        "Measured on TestGPU with `hf-jacobi bench --limit 2`: humaneval, 2 samples"
+    )
+    (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match="is not a hf-jacobi bench JSON file"):
+        BenchResults.from_json(tmp_path / "other.json")
 
 
 def test_card_says_what_a_user_needs(tmp_path):
@@ -74,9 +88,8 @@ def test_card_says_what_a_user_needs(tmp_path):
         CardInfo(
             repo_id=REPO,
             base_model="Qwen/Qwen2.5-Coder-7B-Instruct",
-            jacobi_settings={"jacobi_block_size": 32},
-            bench_table="| setting | pass@1 |\n|---|---|\n| Jacobi | 50.0% |",
-            bench_notes="Measured on TestGPU",
+            jacobi=JacobiConfig(block_size=32),
+            bench=BenchResults.from_json(bench_json(tmp_path)),
             recipe="  - lr 1e-5",
             license="mit",
         )
@@ -85,7 +98,7 @@ def test_card_says_what_a_user_needs(tmp_path):
     assert card.data.base_model == "Qwen/Qwen2.5-Coder-7B-Instruct" and card.data.library_name == "transformers"
     assert "jacobi-forcing" in card.data.tags and card.data.license == "mit"
     for expected in (
-        "| Jacobi | 50.0% |",
+        "| Jacobi plain n=16 | 50.0% | 2.50 |",
         "Measured on TestGPU",
         f'custom_generate="{REPO}", trust_remote_code=True',
         f'AutoModelForCausalLM.from_pretrained("{REPO}")',
@@ -113,7 +126,7 @@ def test_dry_run_renders_a_complete_folder_without_touching_the_source(tmp_path)
         base_model="org/base",
         recipe_files=[recipe],
         bench_json=bench_json(tmp_path),
-        jacobi_settings={"jacobi_block_size": 8, "jacobi_num_blocks": None},
+        jacobi=JacobiConfig(block_size=8, ngram_pool_size=2),
         output_dir=out,
         dry_run=True,
     )
@@ -126,8 +139,13 @@ def test_dry_run_renders_a_complete_folder_without_touching_the_source(tmp_path)
     for source_file in decoding_sources():
         assert (out / CUSTOM_GENERATE_DIR / source_file.name).read_bytes() == source_file.read_bytes()
     saved = json.loads((out / "generation_config.json").read_text())
-    assert saved["decoding"] == "jacobi" and saved["jacobi_block_size"] == 8 and "jacobi_num_blocks" not in saved
+    assert saved["decoding"] == "jacobi" and saved["jacobi_block_size"] == 8 and saved["jacobi_ngram_pool_size"] == 2
+    assert "jacobi_verify_size" not in saved  # unset: it follows the pool size when decoding
+    assert result.jacobi == JacobiConfig(block_size=8, ngram_pool_size=2)
     readme = (out / "README.md").read_text()
+    for name, value in saved.items():  # the card lists exactly what generation_config.json carries
+        if name.startswith("jacobi_"):
+            assert f"| `{name}` | {value} |" in readme, name
     assert "| Jacobi plain n=16 | 50.0% | 2.50 |" in readme and "`hf-jacobi bench --limit 2`" in readme
     assert "learning_rate: 1.0e-5" in readme
 
@@ -140,10 +158,9 @@ def test_push_refuses_bad_input(tmp_path):
         publish_checkpoint(source, REPO, dry_run=True)
     with pytest.raises(FileNotFoundError, match="bench results"):
         publish_checkpoint(source, REPO, bench_json=tmp_path / "none.json", output_dir=tmp_path / "y", dry_run=True)
+    GenerationConfig(jacobi_block_size=-1).save_pretrained(source)  # a bad default the checkpoint carries
     with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1"):
-        publish_checkpoint(
-            source, REPO, jacobi_settings={"jacobi_block_size": -1}, output_dir=tmp_path / "z", dry_run=True
-        )
+        publish_checkpoint(source, REPO, output_dir=tmp_path / "z", dry_run=True)
 
 
 # --- custom_generate: the shipped loop, without hf_jacobi ------------------------------------------------------------
@@ -177,8 +194,7 @@ CHECK_WITHOUT_HF_JACOBI = textwrap.dedent("""
 def test_custom_generate_runs_without_hf_jacobi_and_equals_greedy(tmp_path, family):
     folder = tmp_path / "repo"
     tiny_model(family).save_pretrained(folder)
-    settings = {"jacobi_block_size": 4, "jacobi_num_blocks": 2, "jacobi_ngram_pool_size": 2}
-    prepare_publish_folder(folder, CardInfo(repo_id=REPO), settings)
+    prepare_publish_folder(folder, CardInfo(repo_id=REPO), JacobiConfig(block_size=4, num_blocks=2, ngram_pool_size=2))
     script = CHECK_WITHOUT_HF_JACOBI.format(tests=str(TESTS), folder=str(folder))
     env = {"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)

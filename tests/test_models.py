@@ -22,6 +22,7 @@ import torch
 from filelock import FileLock, Timeout
 
 from hf_jacobi import models
+from hf_jacobi.loading import load_default_model
 from hf_jacobi.models import (
     CACHE_ENV_VAR,
     GGUF_FILENAME,
@@ -30,7 +31,6 @@ from hf_jacobi.models import (
     ModelNotAvailableError,
     default_model_cache_dir,
     ensure_model_cache,
-    load_default_model,
     model_cache_problem,
 )
 

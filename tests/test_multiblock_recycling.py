@@ -9,8 +9,9 @@ from transformers.generation.streamers import BaseStreamer
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.decoding.acceptance import greedy_verdict
+from hf_jacobi.decoding.cache import KVSlots
 from hf_jacobi.decoding.chain import DraftChain
-from hf_jacobi.decoding.kv import AttentionLayout, KVSlots
+from hf_jacobi.decoding.masks import AttentionLayout
 from hf_jacobi.decoding.recycling import NgramPool
 from hf_jacobi.decoding.step_layout import Branch, StepLayout
 from tiny_models import EAGER_ONLY, FAMILIES, random_prompts, tiny_model
@@ -66,7 +67,7 @@ def test_chain_rolls_and_a_block_joins_once_the_newest_has_accepted_its_share():
     chain.advance(2, [3, 4], fill)  # two tokens committed: the predictions after them lead, fresh drafts follow
     assert chain.blocks == 1 and chain.tokens == [3, 4, 100, 101]
     chain.advance(1, [4, 100, 101, 55], fill)  # 3 accepted >= 0.75 * 4: a second block joins
-    assert chain.blocks == 2 and chain.width == 8
+    assert chain.blocks == 2 and len(chain.tokens) == 8
     assert chain.tokens == [4, 100, 101, 55, 102, 103, 104, 105]
     chain.advance(5, [9, 8, 7], fill)
     assert chain.blocks == 2  # capped at max_blocks
@@ -77,7 +78,7 @@ def test_chain_rolls_and_a_block_joins_once_the_newest_has_accepted_its_share():
 
 
 def test_branches_see_column_zero_and_their_own_past_only():
-    layout = StepLayout([[5, 6, 7]], [[(8, 9), (6, 1)]], pad_id=0, device="cpu")
+    layout = StepLayout([5], [[[6, 7], [8, 9], [6, 1]]], pad_id=0, device="cpu")
     assert layout.tokens.tolist() == [[5, 6, 7, 8, 9, 6, 1]]
     assert layout.levels.tolist() == [[0, 1, 2, 1, 2, 1, 2]]
     expected = torch.tensor(
@@ -98,7 +99,7 @@ def test_branches_see_column_zero_and_their_own_past_only():
 
 
 def test_short_rows_are_padded_with_columns_that_see_only_themselves():
-    layout = StepLayout([[5, 6, 7], [4]], [[], [(3,)]], pad_id=0, device="cpu")
+    layout = StepLayout([5, 4], [[[6, 7]], [[], [3]]], pad_id=0, device="cpu")
     assert layout.columns_used == [3, 2]
     assert layout.tokens[1].tolist() == [4, 3, 0]
     assert layout.visible[1].tolist() == [[True, False, False], [True, True, False], [False, False, True]]

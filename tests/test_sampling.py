@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_jacobi import enable_jacobi
-from hf_jacobi.decoding import acceptance, loop
+from hf_jacobi.decoding import acceptance
 from hf_jacobi.decoding.step_layout import Branch
 from tiny_models import PAD, TINY_CONFIG, random_prompts, tiny_model
 
@@ -154,7 +154,7 @@ def resample_without_removing(branches: list[Branch], scores: torch.Tensor) -> a
 
 def test_a_wrong_acceptance_rule_fails(model_and_truth, monkeypatch):
     model, truth = model_and_truth
-    monkeypatch.setattr(loop, "sampled_verdict", resample_without_removing)
+    monkeypatch.setattr(acceptance, "sampled_verdict", resample_without_removing)
     samples = jacobi_samples(model, seed=1, **SETTINGS["plain"])
     assert chi_square_p_value(samples, truth) < 0.01
 

@@ -1,20 +1,25 @@
-"""Trajectory collection, the Jacobi Forcing losses and the trainer (LoRA, gradient checkpointing, resume)."""
+"""Trajectory collection and the trainer (collator, LoRA, gradient checkpointing, resume); the losses are in
+test_training_losses.py."""
 
 from __future__ import annotations
 
 import logging
-import math
 
 import datasets
 import pytest
 import torch
 from peft import LoraConfig
-from transformers import TrainerCallback
+from transformers import DataCollatorWithPadding, TrainerCallback
 
-from hf_jacobi import JacobiForcingConfig, JacobiForcingTrainer, collect_trajectories, load_trajectories
+from hf_jacobi import (
+    JacobiForcingCollator,
+    JacobiForcingConfig,
+    JacobiForcingTrainer,
+    collect_trajectories,
+    load_trajectories,
+)
 from hf_jacobi.data import collection
-from hf_jacobi.training.losses import ar_loss, consistency_loss
-from tiny_models import fresh_tiny_model, tiny_tokenizer
+from tiny_models import EOS, PAD, fresh_tiny_model, tiny_tokenizer
 
 
 def tiny_prompts(count: int) -> datasets.Dataset:
@@ -96,44 +101,6 @@ def test_collection_refuses_mixed_settings_and_bad_values(tmp_path):
         load_trajectories(tmp_path / "empty")
 
 
-# --- losses ----------------------------------------------------------------------------------------------------------
-
-
-def test_consistency_loss_by_hand():
-    # one row: tokens 0-1 noisy block 0 (token 1 is a student of token 3), tokens 2-3 clean block 0,
-    # tokens 4-5 noisy block 1 (both students of 6-7), tokens 6-7 clean block 1
-    logits = torch.zeros(1, 8, 2)
-    logits[0, 1] = torch.tensor([0.0, math.log(3)])  # student p = (1/4, 3/4)
-    logits[0, 3] = torch.tensor([math.log(3), 0.0])  # teacher q = (3/4, 1/4)
-    logits[0, 4] = torch.tensor([0.0, 0.0])  # student (1/2, 1/2)
-    logits[0, 6] = torch.tensor([0.0, 0.0])  # teacher (1/2, 1/2)
-    logits[0, 5] = torch.tensor([math.log(3), 0.0])  # student (3/4, 1/4)
-    logits[0, 7] = torch.tensor([0.0, 0.0])  # teacher (1/2, 1/2)
-    teacher_index = torch.tensor([[-1, 3, -1, -1, 6, 7, -1, -1]])
-    block_ids = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
-    ce_1 = -(0.75 * math.log(0.25) + 0.25 * math.log(0.75))
-    ce_4 = math.log(2)
-    ce_5 = -(0.5 * math.log(0.75) + 0.5 * math.log(0.25))
-    blocks = (ce_1 + (ce_4 + ce_5) / 2) / 2
-    tokens = (ce_1 + ce_4 + ce_5) / 3
-    assert consistency_loss(logits, teacher_index, block_ids, "blocks").item() == pytest.approx(blocks)
-    assert consistency_loss(logits, teacher_index, block_ids, "tokens").item() == pytest.approx(tokens)
-    # a converged block (no student) still counts in the number of blocks
-    teacher_index[0, 1] = -1
-    assert consistency_loss(logits, teacher_index, block_ids).item() == pytest.approx((ce_4 + ce_5) / 2 / 2)
-    # the teacher is detached: only the students get gradients
-    logits.requires_grad_(True)
-    consistency_loss(logits, teacher_index, block_ids).backward()
-    assert logits.grad[0, [6, 7]].abs().sum() == 0 and logits.grad[0, [4, 5]].abs().sum() > 0
-
-
-def test_ar_loss_by_hand():
-    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [1 / 3, 1 / 3, 1 / 3]]]))
-    targets = torch.tensor([[0, -100, 2]])
-    assert ar_loss(logits, targets).item() == pytest.approx((math.log(2) + math.log(3)) / 2)
-    assert ar_loss(logits, torch.full_like(targets, -100)).item() == 0
-
-
 # --- the trainer -----------------------------------------------------------------------------------------------------
 
 
@@ -161,13 +128,47 @@ def test_trainer_logs_both_losses_and_updates_the_model(tmp_path, trajectories):
     model = fresh_tiny_model("qwen2")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = JacobiForcingTrainer(
-        model, args=config(tmp_path), train_dataset=trajectories, processing_class=tiny_tokenizer()
+        model,
+        args=config(tmp_path, gradient_accumulation_steps=2),
+        train_dataset=trajectories,
+        eval_dataset=trajectories,
+        processing_class=tiny_tokenizer(),
     )
     trainer.train()
     logged = trainer.state.log_history[0]
     assert {"consistency_loss", "ar_loss", "loss"} <= logged.keys()
+    # each micro-batch holds a share of the accumulated loss; the logged terms still add up to the step's loss
     assert logged["loss"] == pytest.approx(logged["consistency_loss"] + logged["ar_loss"], rel=1e-4)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    evaluated = trainer.evaluate()
+    assert evaluated["eval_loss"] == pytest.approx(evaluated["eval_consistency_loss"] + evaluated["eval_ar_loss"])
+
+
+def test_the_collator_is_built_from_the_config_or_taken_as_given(tmp_path, trajectories):
+    tokenizer = tiny_tokenizer()
+    tokenizer.pad_token = None  # the EOS token pads then, as in SFTTrainer
+    args = config(tmp_path, pad_to_multiple_of=8, data_seed=11, max_length=64)
+    built = JacobiForcingTrainer(
+        fresh_tiny_model("llama"), args=args, train_dataset=trajectories, processing_class=tokenizer
+    ).data_collator
+    assert built == JacobiForcingCollator(EOS, "progressive", 4, max_length=64, seed=11, pad_to_multiple_of=8)
+    given = JacobiForcingCollator(PAD, noise_window=2)
+    trainer = JacobiForcingTrainer(
+        fresh_tiny_model("llama"),
+        args=args,
+        train_dataset=trajectories,
+        processing_class=tiny_tokenizer(),
+        data_collator=given,
+    )
+    assert trainer.data_collator is given and given == JacobiForcingCollator(PAD, noise_window=2)
+    with pytest.raises(TypeError, match=r"must be a JacobiForcingCollator.*got DataCollatorWithPadding"):
+        JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=args,
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+            data_collator=DataCollatorWithPadding(tiny_tokenizer()),
+        )
 
 
 def test_lora_trains_only_the_adapter_and_gradient_checkpointing_runs(tmp_path, trajectories):

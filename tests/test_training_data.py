@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from hf_jacobi import enable_jacobi
-from hf_jacobi.data.masks import CLEAN, NOISY, PROMPT, noise_aware_mask, training_attention_mask
-from hf_jacobi.data.masks import PAD as PAD_SEGMENT
-from hf_jacobi.data.packing import IGNORE_INDEX, JacobiForcingCollator, pack_trajectory
+from hf_jacobi import JacobiForcingConfig, enable_jacobi
+from hf_jacobi.data.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
+from hf_jacobi.data.packing import IGNORE_INDEX, JacobiForcingCollator, Segment, pack_trajectory
 from hf_jacobi.data.schedule import choose_states, target_noise
 from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_mismatch, noise_level
-from hf_jacobi.decoding.kv import AttentionLayout
+from hf_jacobi.decoding.masks import AttentionLayout
 from tiny_models import EOS, FAMILIES, PAD, random_prompts, tiny_model
+
+PROMPT, NOISY, CLEAN, PAD_SEGMENT = Segment.PROMPT, Segment.NOISY, Segment.CLEAN, Segment.PADDING
 
 # --- trajectories ----------------------------------------------------------------------------------------------------
 
@@ -107,9 +109,11 @@ def test_choose_states_takes_the_closest_noise_and_breaks_ties_at_random():
 
 
 @pytest.mark.parametrize(("schedule", "window"), [("linear", 4), ("progressive", 0), ("random", 1.5)])
-def test_schedule_rejects_bad_settings(schedule, window):
+def test_schedule_is_validated_by_the_config(tmp_path, schedule, window):
     with pytest.raises(ValueError, match=repr(schedule) if schedule == "linear" else "noise_window"):
-        JacobiForcingCollator(PAD, noise_schedule=schedule, noise_window=window)
+        JacobiForcingConfig(
+            output_dir=str(tmp_path), use_cpu=True, bf16=False, noise_schedule=schedule, noise_window=window
+        )
 
 
 # --- packing ---------------------------------------------------------------------------------------------------------
@@ -162,11 +166,38 @@ def test_collator_pads_batches_and_respects_max_length():
     assert batch["input_ids"].shape == (2, 20)
     assert (batch["segment_ids"][1, 10:] == PAD_SEGMENT).all() and (batch["input_ids"][1, 10:] == PAD).all()
     assert batch["ar_targets"][0, -1] == 18  # the first token of the block that did not fit
-    assert batch["attention_mask"].dtype == torch.float32 and batch["attention_mask"].shape == (2, 1, 20, 20)
+    assert "attention_mask" not in batch  # the model's own mask is built from segment and position ids
+    mask = NoiseAwareMask()(batch["segment_ids"], batch["position_ids"])
+    assert mask.dtype == torch.float32 and mask.shape == (2, 1, 20, 20)
     # progressive with W=2: block 0 targets noise 0 (fixed point), block 1 noise 1 (the fully wrong state)
     assert batch["input_ids"][0, 4:8].tolist() == [10, 11, 12, 13]
     assert batch["input_ids"][0, 12:16].tolist() == [3, 3, 3, 3]
     assert batch["teacher_index"][0, 12:16].tolist() == [16, 17, 18, 19]
+
+
+def test_collator_from_config_takes_the_run_settings_and_pads_to_a_multiple(tmp_path):
+    args = JacobiForcingConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        noise_schedule="reverse",
+        noise_window=3,
+        max_length=40,
+        prompt_ar_loss=False,
+        seed=5,
+        data_seed=7,
+        pad_to_multiple_of=8,
+    )
+    collator = JacobiForcingCollator.from_config(args, pad_token_id=PAD)
+    expected = JacobiForcingCollator(PAD, "reverse", 3, 40, prompt_ar_loss=False, seed=7, pad_to_multiple_of=8)
+    assert collator == expected
+    rows = [trajectory("a", [5, 6, 7], [[10, 11, 12, 13]]), trajectory("b", [5, 6], [[30, 31, 32, 33]])]
+    batch = collator(rows)  # 11 tokens at most, padded to 16
+    assert {tuple(v.shape) for v in batch.values()} == {(2, 16)}
+    assert (batch["segment_ids"][0, 11:] == PAD_SEGMENT).all() and (batch["input_ids"][0, 11:] == PAD).all()
+    assert (batch["ar_targets"][:, 11:] == IGNORE_INDEX).all() and (batch["teacher_index"][:, 11:] == -1).all()
+    assert JacobiForcingCollator(PAD, pad_to_multiple_of=None)(rows)["input_ids"].shape == (2, 11)
+    assert JacobiForcingCollator(PAD, pad_to_multiple_of=11)(rows)["input_ids"].shape == (2, 11)
 
 
 def test_collator_draws_fresh_views_per_epoch_and_repeats_them_per_seed():
@@ -210,6 +241,14 @@ def test_noise_aware_mask_by_hand():
     assert windowed[6].int().tolist() == [0, 0, 0, 1, 0, 0, 1, 0, 0]
 
 
+def test_noise_aware_mask_refuses_flash_attention():
+    model = tiny_model("llama")
+    assert NoiseAwareMask.for_model(model) == NoiseAwareMask(AttentionLayout.from_config(model.config), torch.float32)
+    flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="'flash_attention_2' cannot express"):
+        NoiseAwareMask.for_model(flash)
+
+
 def unpacked_logits(model, prompt, blocks, upto):
     """Logits of a plain causal forward over prompt + blocks[0..upto], at consecutive positions."""
     ids = torch.tensor([prompt + [t for block in blocks[: upto + 1] for t in block]])
@@ -227,14 +266,10 @@ def test_packed_logits_equal_the_unpacked_views_the_mask_allows(family, attn):
         prompt = torch.randint(3, 120, (prompt_len,), generator=gen).tolist()
         blocks = [torch.randint(3, 120, (4,), generator=gen).tolist() for _ in range(num_blocks)]
         rows.append(trajectory(f"r{i}", prompt, blocks))
-    collator = JacobiForcingCollator(
-        PAD, noise_schedule="random", noise_window=4, layout=AttentionLayout.from_config(model.config)
-    )
-    batch = collator(rows)
+    batch = JacobiForcingCollator(PAD, noise_schedule="random", noise_window=4)(rows)
+    mask = NoiseAwareMask.for_model(model)(batch["segment_ids"], batch["position_ids"])
     with torch.no_grad():
-        packed = model(
-            input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"]
-        ).logits
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask).logits
     for row, example in enumerate(rows):
         prompt, n = example["prompt_ids"], example["block_size"]
         ids = batch["input_ids"][row].tolist()
@@ -257,11 +292,14 @@ def test_flex_attention_block_mask_gives_the_same_logits():
     flex = tiny_model("qwen3", attn_implementation="flex_attention")
     layout = AttentionLayout.from_config(sdpa.config)
     rows = [trajectory("a", [5, 6, 7], [[10, 11, 12, 13], [14, 15, 16, 17]]), trajectory("b", [8], [[20, 21, 22, 23]])]
-    batch = JacobiForcingCollator(PAD, noise_window=2, layout=layout)(rows)
+    batch = JacobiForcingCollator(PAD, noise_window=2)(rows)
     block_masks = noise_aware_block_mask(batch["segment_ids"], batch["position_ids"], layout)
+    assert NoiseAwareMask.for_model(flex) == NoiseAwareMask(layout=layout, flex=True)
     with torch.no_grad():
         expected = sdpa(
-            input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=batch["attention_mask"]
+            input_ids=batch["input_ids"],
+            position_ids=batch["position_ids"],
+            attention_mask=training_attention_mask(batch["segment_ids"], batch["position_ids"], torch.float32, layout),
         ).logits
         got = flex(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=block_masks).logits
     real = batch["segment_ids"] != PAD_SEGMENT

@@ -1,18 +1,35 @@
-"""hf_jacobi: lossless Jacobi parallel decoding and Jacobi Forcing training for Hugging Face causal language models."""
+"""hf_jacobi: lossless Jacobi parallel decoding and Jacobi Forcing training for Hugging Face causal language models.
 
-from .data.collection import collect_trajectories, load_trajectories
-from .data.packing import JacobiForcingCollator
-from .data.prompts import encode_prompts, load_prompts, stdlib_prompts
-from .data.trajectories import TrajectoryRecorder
-from .decoding.config import JacobiConfig
-from .decoding.generate import disable_jacobi, enable_jacobi
-from .decoding.outputs import JacobiDecoderOnlyOutput
-from .hub.push import publish_checkpoint
-from .models import load_default_model
-from .training.config import JacobiForcingConfig
-from .training.trainer import JacobiForcingTrainer
+Names are imported on first use: a user who only decodes never pays for trl, peft or datasets (several seconds), and
+`import hf_jacobi` itself stays instant.
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+_EXPORTS = {
+    "JacobiConfig": ".decoding.config",
+    "JacobiDecoderOnlyOutput": ".decoding.outputs",
+    "disable_jacobi": ".decoding.generate",
+    "enable_jacobi": ".decoding.generate",
+    "load_default_model": ".loading",
+    "load_model": ".loading",
+    "JacobiForcingCollator": ".data.packing",
+    "TrajectoryRecorder": ".data.trajectories",
+    "collect_trajectories": ".data.collection",
+    "load_trajectories": ".data.collection",
+    "encode_prompts": ".data.prompts",
+    "load_prompts": ".data.prompts",
+    "stdlib_prompts": ".data.prompts",
+    "JacobiForcingConfig": ".training.config",
+    "JacobiForcingTrainer": ".training.trainer",
+    "publish_checkpoint": ".hub.push",
+}
+"""Public name -> the module that defines it."""
 
 __all__ = [
     "JacobiConfig",
@@ -27,8 +44,36 @@ __all__ = [
     "enable_jacobi",
     "encode_prompts",
     "load_default_model",
+    "load_model",
     "load_prompts",
     "load_trajectories",
     "publish_checkpoint",
     "stdlib_prompts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hf_jacobi' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # static type checkers and IDEs see the real names
+    from .data.collection import collect_trajectories, load_trajectories
+    from .data.packing import JacobiForcingCollator
+    from .data.prompts import encode_prompts, load_prompts, stdlib_prompts
+    from .data.trajectories import TrajectoryRecorder
+    from .decoding.config import JacobiConfig
+    from .decoding.generate import disable_jacobi, enable_jacobi
+    from .decoding.outputs import JacobiDecoderOnlyOutput
+    from .hub.push import publish_checkpoint
+    from .loading import load_default_model, load_model
+    from .training.config import JacobiForcingConfig
+    from .training.trainer import JacobiForcingTrainer

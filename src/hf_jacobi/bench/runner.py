@@ -11,15 +11,16 @@ Batches run every setting back to back, so slow drift of the machine's speed tou
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import CompileConfig, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import CompileConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from .common import VARIANTS, eos_token_ids, generated_tokens, jacobi_kwargs, timed
+from ..loading import eos_token_ids
+from .common import VARIANTS, generated_tokens, timed, variant_config
+from .roofline import prefill_seconds
 from .tasks import BenchItem, BenchTask
 
 AR = "ar"
@@ -47,7 +48,7 @@ class Setting:
             # generate only auto-compiles on accelerators; on other devices it has to be asked explicitly
             config._compile_all_devices = device.type not in ("cuda", "xpu")
             return {"decoding": "greedy", "cache_implementation": "static", "compile_config": config}
-        return {"decoding": "jacobi", **jacobi_kwargs(self.variant, self.block_size)}
+        return variant_config(self.variant, self.block_size).to_generate_kwargs()
 
     @property
     def is_ar(self) -> bool:
@@ -101,17 +102,6 @@ class BenchRun:
     samples: list[SampleResult] = field(default_factory=list)
     timings: list[BatchTiming] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-@torch.inference_mode()
-def prefill_seconds(model: PreTrainedModel, inputs: dict[str, torch.Tensor], repeats: int = 3) -> float:
-    """Median time of the prompt's forward alone, with a fresh cache each time: the part of every setting's wall
-    time that decoding speed cannot change."""
-    times = []
-    for _ in range(repeats):
-        _, seconds = timed(lambda: model(**inputs, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1))
-        times.append(seconds)
-    return statistics.median(times)
 
 
 class _Decoder:

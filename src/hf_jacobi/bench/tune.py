@@ -21,31 +21,31 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from ..decoding.config import JACOBI_PREFIX, JacobiConfig
-from ..hub.export import jacobi_generation_config
+from ..decoding.config import JacobiConfig
 from .common import ForwardCounts, timed
-from .overhead import block_forward_seconds
-from .runner import prefill_seconds
+from .roofline import DEFAULT_WIDTHS, interpolate_cost, measure_roofline, prefill_seconds, roofline_knee
 
-DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BLOCK_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_NUM_BLOCKS = (1, 2)
 DEFAULT_POOL_SIZES = (0, 4)
+TUNE_REPORT = "jacobi_tune.json"
+"""Written beside the generation config, so the choice can be traced back to what was measured."""
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """One point of the grid tune searches: the three settings that trade forward width against acceptance."""
+
     block_size: int
     num_blocks: int = 1
     ngram_pool_size: int = 0
 
-    def generate_kwargs(self) -> dict[str, Any]:
-        return {
-            "decoding": "jacobi",
-            "jacobi_block_size": self.block_size,
-            "jacobi_num_blocks": self.num_blocks,
-            "jacobi_ngram_pool_size": self.ngram_pool_size,
-        }
+    def __post_init__(self) -> None:
+        self.config  # noqa: B018 -- bad values are named here, before any measuring starts
+
+    @property
+    def config(self) -> JacobiConfig:
+        return JacobiConfig(**asdict(self))
 
     def __str__(self) -> str:
         return f"n={self.block_size} K={self.num_blocks} pool={self.ngram_pool_size}"
@@ -54,12 +54,7 @@ class Candidate:
 def candidate_grid(
     block_sizes=DEFAULT_BLOCK_SIZES, num_blocks=DEFAULT_NUM_BLOCKS, pool_sizes=DEFAULT_POOL_SIZES
 ) -> list[Candidate]:
-    grid = [Candidate(b, k, p) for b, k, p in itertools.product(block_sizes, num_blocks, pool_sizes)]
-    for candidate in grid:  # bad values are named here, before any measuring starts
-        JacobiConfig(
-            block_size=candidate.block_size, num_blocks=candidate.num_blocks, ngram_pool_size=candidate.ngram_pool_size
-        )
-    return grid
+    return [Candidate(b, k, p) for b, k, p in itertools.product(block_sizes, num_blocks, pool_sizes)]
 
 
 @dataclass
@@ -71,20 +66,6 @@ class Acceptance(ForwardCounts):
     forwards: int
     forward_tokens: int
     decode_seconds: float = 0.0
-
-
-def interpolate_cost(curve: dict[int, float], width: float) -> float:
-    """Seconds of a forward of `width` tokens, linear between measured widths and beyond the widest two."""
-    points = sorted(curve.items())
-    if len(points) == 1:
-        return points[0][1] * max(width, 1.0) / points[0][0]
-    if width <= points[0][0]:
-        return points[0][1]
-    for (w0, c0), (w1, c1) in itertools.pairwise(points):
-        if width <= w1:
-            return c0 + (c1 - c0) * (width - w0) / (w1 - w0)
-    (w0, c0), (w1, c1) = points[-2], points[-1]
-    return c1 + (c1 - c0) * (width - w1) / (w1 - w0)
 
 
 @dataclass
@@ -106,12 +87,6 @@ def predict(curve: dict[int, float], acceptances: list[Acceptance], loop_overhea
         seconds = interpolate_cost(curve, acc.mean_width) + loop_overhead_s
         predictions.append(Prediction(acc.candidate, acc.tokens_per_forward, acc.mean_width, seconds))
     return sorted(predictions, key=lambda p: p.tokens_per_s, reverse=True)
-
-
-def roofline_knee(curve: dict[int, float], tolerance: float = 1.5) -> int:
-    """The widest measured forward that costs at most `tolerance` times a one-token forward."""
-    one = interpolate_cost(curve, 1)
-    return max((w for w, c in curve.items() if c <= tolerance * one), default=1)
 
 
 @dataclass
@@ -200,11 +175,6 @@ def choose(
 # --- measuring on a model -------------------------------------------------------------------------------------------
 
 
-def measure_roofline(model, context: torch.Tensor, widths=DEFAULT_WIDTHS, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of a bare forward of each width on a cache holding `context` (batch 1)."""
-    return {w: block_forward_seconds(model, context, w, repeats) for w in sorted(set([1, *widths]))}
-
-
 @torch.inference_mode()
 def measure_acceptance(
     model, prompts: list[dict[str, torch.Tensor]], candidates: list[Candidate], max_new_tokens: int, progress=True
@@ -215,7 +185,7 @@ def measure_acceptance(
         tokens = forwards = width = 0
         seconds = 0.0
         kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False, "return_dict_in_generate": True}
-        kwargs.update(candidate.generate_kwargs())
+        kwargs.update(candidate.config.to_generate_kwargs())
         for inputs in prompts:
             out, wall = timed(lambda inputs=inputs, kwargs=kwargs: model.generate(**inputs, **kwargs))
             tokens += out.sequences.shape[1] - inputs["input_ids"].shape[1]
@@ -236,19 +206,20 @@ def loop_overhead(curve: dict[int, float], acceptances: list[Acceptance], prefil
 
 
 def write_generation_config(config: GenerationConfig, choice: Candidate | None) -> GenerationConfig:
-    """`config` with the choice written in: Jacobi and its settings, or greedy with no Jacobi settings left over."""
+    """`config` (in place, and returned) with the choice written in: Jacobi and its settings, or greedy with no Jacobi
+    settings left over from an earlier choice."""
     for name in JacobiConfig.setting_names():
         if hasattr(config, name):
             delattr(config, name)
     if choice is None:
         config.decoding = "greedy"
         return config
-    settings = {k: v for k, v in choice.generate_kwargs().items() if k.startswith(JACOBI_PREFIX)}
-    return jacobi_generation_config(config, settings)
+    config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
+    return choice.config.write_to(config)
 
 
 def save_report(folder: Path, result: TuneResult) -> Path:
-    path = folder / "jacobi_tune.json"
+    path = folder / TUNE_REPORT
     path.write_text(json.dumps(result.report(), indent=2), encoding="utf-8")
     return path
 
@@ -275,7 +246,7 @@ def tune(
     greedy_kwargs = {"decoding": "greedy", "do_sample": False}
     first = prompts[0]
     model.generate(**first, max_new_tokens=4, **greedy_kwargs)  # warm-up, untimed
-    model.generate(**first, max_new_tokens=4, do_sample=False, **candidates[0].generate_kwargs())
+    model.generate(**first, max_new_tokens=4, do_sample=False, **candidates[0].config.to_generate_kwargs())
     continuation = model.generate(**first, max_new_tokens=max(max_new_tokens // 2, 1), **greedy_kwargs)
     curve = measure_roofline(model, continuation, widths, repeats)
     prefill_s = statistics.mean(prefill_seconds(model, p, repeats=1) for p in prompts)
@@ -284,7 +255,7 @@ def tune(
     predictions = predict(curve, acceptances, overhead)
 
     def measure(candidate: Candidate | None) -> float:
-        kwargs = greedy_kwargs if candidate is None else {"do_sample": False, **candidate.generate_kwargs()}
+        kwargs = greedy_kwargs if candidate is None else {"do_sample": False, **candidate.config.to_generate_kwargs()}
         return sum(timed(lambda p=p: model.generate(**p, max_new_tokens=max_new_tokens, **kwargs))[1] for p in prompts)
 
     choice, speedup, verified = choose(predictions, measure, verify_top, margin)
@@ -299,35 +270,3 @@ def tune(
         choice=choice,
         measured_speedup=speedup,
     )
-
-
-def summary(result: TuneResult, top: int = 5) -> str:
-    """What was measured and why the choice was made, for the terminal."""
-    one = result.curve[min(result.curve)]
-    lines = [f"roofline on {result.hardware} (forward seconds against tokens in it, batch 1):", ""]
-    lines += ["| tokens | ms | x one token |", "|---:|---:|---:|"]
-    lines += [f"| {w} | {1000 * c:.2f} | {c / one:.2f} |" for w, c in sorted(result.curve.items())]
-    lines += [
-        "",
-        f"knee (<= 1.5x a one-token forward): {result.knee} tokens; loop overhead "
-        f"{1000 * result.loop_overhead_s:.2f} ms per iteration",
-        "",
-    ]
-    greedy_rate = result.predictions_greedy.tokens_per_s
-    lines += ["| setting | tokens/forward | mean width | predicted tok/s | vs greedy |", "|---|---:|---:|---:|---:|"]
-    for p in result.predictions[:top]:
-        name = "greedy" if p.candidate is None else str(p.candidate)
-        lines.append(
-            f"| {name} | {p.tokens_per_forward:.2f} | {p.mean_width:.1f} | {p.tokens_per_s:.1f} "
-            f"| {p.tokens_per_s / greedy_rate:.2f}x |"
-        )
-    lines.append("")
-    for v in result.verified:
-        lines.append(
-            f"timed {v['candidate']}: {v['speedup']:.2f}x greedy ({v['seconds']:.2f} s vs {v['greedy_seconds']:.2f} s)"
-        )
-    if result.choice is None:
-        lines.append("choice: greedy (no Jacobi setting was measurably faster than greedy on this hardware)")
-    else:
-        lines.append(f"choice: Jacobi {result.choice}, measured {result.measured_speedup:.2f}x greedy")
-    return "\n".join(lines)

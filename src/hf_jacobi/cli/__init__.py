@@ -4,6 +4,8 @@ Every subcommand that decodes checks the claim the project rests on, that Jacobi
 tokens, and exits with 1 when it does not, so a broken build cannot print a good-looking speedup. Forwards are counted
 after the prefill on both sides: the prefill yields the first new token either way, so greedy needs new tokens - 1
 decoding forwards and Jacobi reports its own count in `forward_passes`.
+
+Each command lives in its own module (parser and runner together); `common` holds what they share.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import os
 import sys
 
 from ..models import ModelNotAvailableError
-from . import bench, demo, generate, push, tune
+from . import bench, demo, generate, overhead, push, recipe, tune
 from .common import CliError
 
-COMMANDS = (generate, demo, bench, tune, push)
-"""Command modules, each with `add_parser(commands)` that registers its flags and its runner as `handler`."""
+COMMANDS = (generate, demo, bench, overhead, tune, push, recipe)
+"""Command modules, each with `add_parser(commands)` that registers its flags and its runner as `handler` (the recipe
+steps only register their names: `main` hands their arguments to TRL's parser)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,10 +28,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(commands)
-    # Listed for --help; their flags are parsed by TRL's parser (see run_recipe_step).
-    commands.add_parser("collect", help="record Jacobi trajectories over a prompt set (hf-jacobi collect --help)")
-    commands.add_parser("train", help="Jacobi Forcing training from a YAML recipe (hf-jacobi train --help)")
-    commands.add_parser("evaluate", help="tokens per forward before and after training (hf-jacobi evaluate --help)")
     return parser
 
 
@@ -45,27 +44,12 @@ def use_offline_hub() -> None:
         hub_constants.HF_HUB_OFFLINE = True
 
 
-RECIPE_STEPS = ("collect", "train", "evaluate")
-"""Subcommands whose flags come from dataclasses and YAML recipes (`--config`), parsed by TRL's parser."""
-
-
-def run_recipe_step(step: str, argv: list[str]) -> int:
-    from hf_jacobi.training import scripts
-
-    handler = {"collect": scripts.run_collect, "train": scripts.run_train, "evaluate": scripts.run_evaluate}[step]
-    try:
-        return handler(argv)
-    except (ValueError, FileNotFoundError, ModelNotAvailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in RECIPE_STEPS:
+    if argv and argv[0] in recipe.STEPS:  # parsed by TRL's parser, not argparse
         use_offline_hub()
-        return run_recipe_step(argv[0], argv[1:])
+        return recipe.run_step(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv
     if args.command != "push":  # the only subcommand that talks to the Hub
@@ -79,7 +63,3 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, ModelNotAvailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

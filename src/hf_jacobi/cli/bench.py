@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..bench.common import MissingDataError
+from ..data.humaneval import MissingDataError
 from ..loading import DTYPES
 from .common import CliError, checkpoint_dir, load_model, positive_float, positive_int
 
@@ -61,7 +61,7 @@ def add_parser(commands) -> None:
     from hf_jacobi.bench.tasks import TASKS
 
     bench = commands.add_parser("bench", help="pass@1/accuracy, tokens per forward and tokens/s: AR vs Jacobi")
-    bench.add_argument("--task", choices=TASKS, default="humaneval", help="benchmark (default humaneval)")
+    bench.add_argument("--task", choices=list(TASKS), default="humaneval", help="benchmark (default humaneval)")
     bench.add_argument("--data", default=None, help="gsm8k/math: a local .json/.jsonl/.parquet file or a Hub dataset")
     bench.add_argument("--split", default="test", help="dataset split for a Hub dataset (default test)")
     bench.add_argument("--limit", type=positive_int, default=None, help="first N problems only (default all)")

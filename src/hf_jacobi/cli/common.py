@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..bench.common import generated_tokens
 from ..decoding.config import JacobiConfig
-from ..loading import DTYPES, EMBEDDED, eos_token_ids
+from ..loading import DTYPES, EMBEDDED, encode_chat, eos_token_ids
 from ..loading import load_model as _load_model
 from ..models import DEFAULT_MODEL_NAME
 
@@ -111,19 +111,18 @@ def warm_up(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> None:
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> dict[str, torch.Tensor]:
     """Instruct models answer a bare prompt poorly, so the chat template is used whenever the tokenizer has one."""
-    if chat and tokenizer.chat_template:
-        messages = [{"role": "user", "content": prompt}]
-        encoded = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-        )
-    else:
-        encoded = tokenizer(prompt, return_tensors="pt")
-    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+    ids = torch.tensor([encode_chat(tokenizer, prompt, chat=chat and bool(tokenizer.chat_template))])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
 def jacobi_config(args: argparse.Namespace) -> JacobiConfig:
     """The Jacobi settings the command line sets, on top of the defaults."""
     return JacobiConfig(block_size=args.block_size, num_blocks=args.num_blocks, ngram_pool_size=args.ngram_pool_size)
+
+
+def describe_settings(jacobi: JacobiConfig) -> str:
+    """Every setting the flags control, including those left at their default, so that two runs compare at a glance."""
+    return f"block size {jacobi.block_size}, blocks {jacobi.num_blocks}, n-gram pool {jacobi.ngram_pool_size}"
 
 
 def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:

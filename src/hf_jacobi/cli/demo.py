@@ -9,10 +9,12 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from ..bench.common import MissingDataError, humaneval_prompts, timed
+from ..bench.common import timed
+from ..data.humaneval import MissingDataError, humaneval_prompts
 from .common import (
     CliError,
     add_model_arguments,
+    describe_settings,
     jacobi_config,
     load_model,
     new_token_counts,
@@ -41,10 +43,11 @@ def run_demo(args: argparse.Namespace) -> int:
         raise CliError(f"--prompts {args.prompts}: HumanEval has only {len(prompts)} problems")
     loaded = load_model(args.model, args.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
+    settings = jacobi_config(args)
     print(f"# hf-jacobi demo: greedy vs Jacobi decoding on HumanEval\n\n{loaded.describe(args.dtype)}")
     print(
         f"settings: first {args.prompts} HumanEval prompts (raw completion, no chat template), "
-        f"{jacobi_config(args).describe()}, max new tokens {args.max_new_tokens}, batch {args.batch}\n"
+        f"{describe_settings(settings)}, max new tokens {args.max_new_tokens}, batch {args.batch}\n"
         "forwards are decoding forwards, prefill excluded (greedy: new tokens - 1)\n"
     )
 
@@ -70,7 +73,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 max_new_tokens=args.max_new_tokens,
                 do_sample=False,
                 return_dict_in_generate=True,
-                **jacobi_config(args).to_generate_kwargs(),
+                **settings.to_generate_kwargs(),
             )
         )
         jacobi_s += seconds

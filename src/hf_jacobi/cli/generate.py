@@ -11,6 +11,7 @@ from ..bench.common import timed
 from .common import (
     CliError,
     add_model_arguments,
+    describe_settings,
     encode_prompt,
     jacobi_config,
     load_model,
@@ -40,6 +41,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.sample
         else {"do_sample": False}
     )
+    settings = jacobi_config(args)
     torch.manual_seed(args.seed)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     jacobi, jacobi_s = timed(
@@ -49,12 +51,12 @@ def run_generate(args: argparse.Namespace) -> int:
             return_dict_in_generate=True,
             streamer=streamer,
             **sampling,
-            **jacobi_config(args).to_generate_kwargs(),
+            **settings.to_generate_kwargs(),
         )
     )
     tokens = new_token_counts(jacobi.sequences, prompt_width, loaded.eos_ids)[0]
     forwards = int(jacobi.forward_passes[0])
-    print(summary("jacobi", tokens, forwards, jacobi_s) + f" ({jacobi_config(args).describe()})")
+    print(summary("jacobi", tokens, forwards, jacobi_s) + f" ({describe_settings(settings)})")
     if not args.compare:
         return 0
 

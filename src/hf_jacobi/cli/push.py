@@ -9,14 +9,18 @@ from .common import CliError, non_negative_int, positive_int
 
 
 def run_push_command(args: argparse.Namespace) -> int:
-    from hf_jacobi.hub.push import publish_checkpoint
+    from ..decoding.config import JacobiConfig
+    from ..hub.export import base_generation_config
+    from ..hub.push import publish_checkpoint
 
-    settings = {
-        "jacobi_block_size": args.block_size,
-        "jacobi_num_blocks": args.num_blocks,
-        "jacobi_ngram_pool_size": args.ngram_pool_size,
-    }
     try:
+        # The checkpoint's own defaults (e.g. from `hf-jacobi tune`), with the flags given on top.
+        jacobi = JacobiConfig.from_generation_config(
+            base_generation_config(args.checkpoint),
+            block_size=args.block_size,
+            num_blocks=args.num_blocks,
+            ngram_pool_size=args.ngram_pool_size,
+        )
         result = publish_checkpoint(
             args.checkpoint,
             args.repo_id,
@@ -26,7 +30,7 @@ def run_push_command(args: argparse.Namespace) -> int:
             recipe_files=args.recipe,
             bench_json=args.bench,
             license=args.license,
-            jacobi_settings=settings,
+            jacobi=jacobi,
             template=args.template,
             output_dir=args.output_dir,
             dry_run=args.dry_run,
@@ -36,7 +40,7 @@ def run_push_command(args: argparse.Namespace) -> int:
         )
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         raise CliError(str(error)) from None
-    shown = ", ".join(f"{k}={v}" for k, v in result.jacobi_settings.items())
+    shown = ", ".join(f"{k}={v}" for k, v in result.jacobi.to_dict().items() if v is not None)
     if args.dry_run:
         print(f"rendered {args.repo_id} into {result.folder} (not uploaded); Jacobi defaults: {shown}")
     else:
@@ -57,9 +61,18 @@ def add_parser(commands) -> None:
     push.add_argument("--bench", type=Path, default=None, help="bench.json from hf-jacobi bench, for the card's table")
     push.add_argument("--license", default="apache-2.0", help="license id for the card (default apache-2.0)")
     push.add_argument("--template", type=Path, default=None, help="a model card template instead of the bundled one")
-    push.add_argument("--block-size", type=positive_int, default=None, help="override jacobi_block_size")
-    push.add_argument("--num-blocks", type=positive_int, default=None, help="override jacobi_num_blocks")
-    push.add_argument("--ngram-pool-size", type=non_negative_int, default=None, help="override jacobi_ngram_pool_size")
+    push.add_argument(
+        "--block-size", type=positive_int, default=None, help="Jacobi block size (default: the checkpoint's)"
+    )
+    push.add_argument(
+        "--num-blocks", type=positive_int, default=None, help="Jacobi blocks in flight (default: the checkpoint's)"
+    )
+    push.add_argument(
+        "--ngram-pool-size",
+        type=non_negative_int,
+        default=None,
+        help="n-grams kept per key (default: the checkpoint's)",
+    )
     push.add_argument("--output-dir", type=Path, default=None, help="keep the rendered folder here")
     push.add_argument("--dry-run", action="store_true", help="render into --output-dir without uploading")
     push.add_argument("--private", action="store_true", help="create the repository as private")

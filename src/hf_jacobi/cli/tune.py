@@ -5,9 +5,56 @@ from __future__ import annotations
 import argparse
 import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..loading import DTYPES
 from .common import CliError, checkpoint_dir, encode_prompt, load_model, non_negative_int, positive_int
+
+if TYPE_CHECKING:
+    from ..bench.tune import TuneResult
+
+
+def summary(result: TuneResult, top: int = 5) -> str:
+    """What was measured and why the choice was made, for the terminal."""
+    from hf_jacobi.bench.report import markdown
+
+    one = result.curve[min(result.curve)]
+    roofline = [[w, f"{1000 * c:.2f}", f"{c / one:.2f}"] for w, c in sorted(result.curve.items())]
+    greedy_rate = result.predictions_greedy.tokens_per_s
+    predictions = [
+        [
+            "greedy" if p.candidate is None else str(p.candidate),
+            f"{p.tokens_per_forward:.2f}",
+            f"{p.mean_width:.1f}",
+            f"{p.tokens_per_s:.1f}",
+            f"{p.tokens_per_s / greedy_rate:.2f}x",
+        ]
+        for p in result.predictions[:top]
+    ]
+    lines = [
+        f"roofline on {result.hardware} (forward seconds against tokens in it, batch 1):",
+        "",
+        markdown(["tokens", "ms", "x one token"], roofline, ["---:"] * 3),
+        "",
+        f"knee (<= 1.5x a one-token forward): {result.knee} tokens; loop overhead "
+        f"{1000 * result.loop_overhead_s:.2f} ms per iteration",
+        "",
+        markdown(
+            ["setting", "tokens/forward", "mean width", "predicted tok/s", "vs greedy"],
+            predictions,
+            ["---", *["---:"] * 4],
+        ),
+        "",
+    ]
+    lines += [
+        f"timed {v['candidate']}: {v['speedup']:.2f}x greedy ({v['seconds']:.2f} s vs {v['greedy_seconds']:.2f} s)"
+        for v in result.verified
+    ]
+    if result.choice is None:
+        lines.append("choice: greedy (no Jacobi setting was measurably faster than greedy on this hardware)")
+    else:
+        lines.append(f"choice: Jacobi {result.choice}, measured {result.measured_speedup:.2f}x greedy")
+    return "\n".join(lines)
 
 
 def run_tune_command(args: argparse.Namespace) -> int:
@@ -36,7 +83,7 @@ def run_tune_command(args: argparse.Namespace) -> int:
     target.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(target)
     report_path = tune.save_report(target, result)
-    print(tune.summary(result))
+    print(summary(result))
     print(f"wrote {target / 'generation_config.json'} and {report_path}")
     return 0
 

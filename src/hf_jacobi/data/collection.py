@@ -23,7 +23,9 @@ import torch
 from accelerate import PartialState
 from tqdm.auto import tqdm
 
+from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
+from ..loading import eos_token_ids, left_padded
 from .prompts import encode_prompts
 from .trajectories import TrajectoryRecorder, block_states
 
@@ -106,8 +108,7 @@ def collect_trajectories(
     pad_id = model.generation_config.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eos = model.generation_config.eos_token_id
-    eos_ids = set() if eos is None else {int(e) for e in (eos if isinstance(eos, list) else [eos])}
+    eos_ids = eos_token_ids(model.generation_config)
     next_shard = _next_shard_number(output, state.process_index)
     buffer: list[dict[str, Any]] = []
     bar = tqdm(
@@ -152,26 +153,19 @@ def _collect_batch(
     max_new_tokens: int,
     draft_seed: int,
 ) -> list[dict[str, Any]]:
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, ids in enumerate(prompts):  # left padding: generation appends on the right
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention_mask[row, width - len(ids) :] = 1
     recorder = TrajectoryRecorder()
+    # Plain Jacobi, one block and no recycling: the states a block passes through are what training learns from.
+    config = JacobiConfig(block_size=block_size, draft_seed=draft_seed)
+    inputs = left_padded(prompts, pad_id, model.device)
+    width = inputs["input_ids"].shape[1]
     out = model.generate(
-        input_ids=input_ids.to(model.device),
-        attention_mask=attention_mask.to(model.device),
+        **inputs,
         max_new_tokens=max_new_tokens,
         do_sample=False,
-        decoding="jacobi",
-        jacobi_block_size=block_size,
-        jacobi_num_blocks=1,
-        jacobi_ngram_pool_size=0,
-        jacobi_draft_seed=draft_seed,
         pad_token_id=pad_id,
         return_dict_in_generate=True,
         trajectory_recorder=recorder,
+        **config.to_generate_kwargs(),
     )
     records = []
     for row, (prompt_id, ids) in enumerate(zip(prompt_ids_list, prompts, strict=True)):

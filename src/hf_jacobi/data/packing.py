@@ -12,17 +12,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ..decoding.drafts import stable_seed
-from ..decoding.kv import AttentionLayout
-from .masks import CLEAN, FULL_LAYOUT, NOISY, PAD, PROMPT, training_attention_mask
-from .schedule import check_schedule, choose_states, target_noise
+from .schedule import choose_states, target_noise
 from .trajectories import first_mismatch
 
 IGNORE_INDEX = -100
+"""`ar_targets` value of a token that predicts nothing (PyTorch's and transformers' ignore index)."""
+
+NO_TEACHER = -1
+"""`teacher_index` value of a token that gets no consistency loss."""
+
+NO_BLOCK = -1
+"""`block_ids` value of a token outside every block (the prompt and padding)."""
+
+
+class Segment:
+    """What a token of a packed sequence is; `segment_ids` holds these, and the noise-aware mask is defined on them.
+
+    Plain ints rather than an IntEnum: FlexAttention traces the mask function with vmap, where comparing a tensor with
+    an IntEnum member silently gives a wrong mask.
+    """
+
+    PROMPT = 0
+    NOISY = 1
+    CLEAN = 2
+    PADDING = 3
 
 
 @dataclass
@@ -30,8 +48,8 @@ class PackedSequence:
     """One training sequence, token by token.
 
     `ar_targets[i]` is the token the logits at i must predict (IGNORE_INDEX where none); `teacher_index[i]`, at a
-    noisy token that gets consistency loss, is the index of the clean token at the same position (else -1); `block_ids`
-    numbers blocks from 0 (-1 for the prompt).
+    noisy token that gets consistency loss, is the index of the clean token at the same position (else NO_TEACHER);
+    `block_ids` numbers blocks from 0 (NO_BLOCK for the prompt).
     """
 
     input_ids: list[int] = field(default_factory=list)
@@ -52,7 +70,7 @@ class PackedSequence:
         self.segment_ids.extend([segment] * len(tokens))
         self.block_ids.extend([block] * len(tokens))
         self.ar_targets.extend([IGNORE_INDEX] * len(tokens))
-        self.teacher_index.extend([-1] * len(tokens))
+        self.teacher_index.extend([NO_TEACHER] * len(tokens))
         return start
 
 
@@ -73,7 +91,7 @@ def pack_trajectory(
     """
     packed = PackedSequence()
     prompt_len = len(prompt_ids)
-    packed.extend(prompt_ids, 0, PROMPT, -1)
+    packed.extend(prompt_ids, 0, Segment.PROMPT, NO_BLOCK)
     if prompt_ar_loss:
         packed.ar_targets[: prompt_len - 1] = list(prompt_ids[1:])
     previous_clean_end = prompt_len - 1
@@ -82,8 +100,8 @@ def pack_trajectory(
         if len(noisy) != n:
             raise ValueError(f"block {j}: a noisy state of {len(noisy)} tokens for a fixed point of {n}")
         first_position = prompt_len + j * n
-        noisy_start = packed.extend(noisy, first_position, NOISY, j)
-        clean_start = packed.extend(clean, first_position, CLEAN, j)
+        noisy_start = packed.extend(noisy, first_position, Segment.NOISY, j)
+        clean_start = packed.extend(clean, first_position, Segment.CLEAN, j)
         packed.ar_targets[previous_clean_end] = clean[0]
         packed.ar_targets[clean_start : clean_start + n - 1] = list(clean[1:])
         for t in range(first_mismatch(list(noisy), list(clean)), n):
@@ -94,17 +112,36 @@ def pack_trajectory(
     return packed
 
 
+TRAJECTORY_COLUMNS = ("prompt_id", "prompt_ids", "completion_ids", "block_size", "states", "fixed_points")
+"""The columns of a trajectory row (see `collect_trajectories`) that the collator reads."""
+
+
+class CollatorSettings(Protocol):
+    """The settings `JacobiForcingCollator.from_config` reads: those of a `JacobiForcingConfig`, which has validated
+    them (data/ does not import training/, so the config is described rather than named)."""
+
+    noise_schedule: str
+    noise_window: int
+    max_length: int | None
+    prompt_ar_loss: bool
+    pad_to_multiple_of: int | None
+    seed: int
+    data_seed: int | None
+
+
 @dataclass
 class JacobiForcingCollator:
-    """Turns trajectory rows (see `collect_trajectories`) into padded batches with the noise-aware 4D mask.
+    """Turns trajectory rows (see `collect_trajectories`) into right-padded batches of packed sequences.
 
     The noisy state of each block is chosen here, at collate time, from a generator seeded by (seed, epoch, prompt
     id): every epoch shows fresh noise, and a run resumed from a checkpoint sees the same views as an uninterrupted one.
-    The trainer advances `epoch` and sets `mask_dtype` and `layout` (the model's layer kinds and sliding window).
+    The trainer advances `epoch`; nothing else changes after construction. The settings are trusted as given: build
+    the collator with `from_config` from a validated `JacobiForcingConfig`.
 
-    Output keys: input_ids, position_ids, attention_mask ([B, 1, L, L] additive, a dict of them by layer kind for
-    models that mix kinds, or absent with `mask_format="flex"`, where the trainer builds BlockMasks from segment_ids),
-    segment_ids, ar_targets, teacher_index, block_ids.
+    Output keys: input_ids, position_ids, segment_ids (`Segment` values), ar_targets, teacher_index, block_ids; each
+    [B, L], with L a multiple of `pad_to_multiple_of` when it is set. There is no attention mask: how the noise-aware
+    mask is expressed depends on the model (dtype, attention backend, sliding windows), so the trainer builds it from
+    segment_ids and position_ids (`data.masks.NoiseAwareMask`), as a model builds its own causal mask.
     """
 
     pad_token_id: int
@@ -113,16 +150,21 @@ class JacobiForcingCollator:
     max_length: int | None = None
     prompt_ar_loss: bool = True
     seed: int = 0
-    mask_dtype: torch.dtype = torch.float32
-    mask_format: str = "additive"
     pad_to_multiple_of: int | None = None
-    layout: AttentionLayout = FULL_LAYOUT
     epoch: int = 0
 
-    def __post_init__(self) -> None:
-        check_schedule(self.noise_schedule, self.noise_window)
-        if self.mask_format not in ("additive", "flex"):
-            raise ValueError(f"mask_format must be 'additive' or 'flex', got {self.mask_format!r}.")
+    @classmethod
+    def from_config(cls, args: CollatorSettings, pad_token_id: int) -> JacobiForcingCollator:
+        """The collator a run with these settings uses; `data_seed`, when set, seeds the noise instead of `seed`."""
+        return cls(
+            pad_token_id=pad_token_id,
+            noise_schedule=args.noise_schedule,
+            noise_window=args.noise_window,
+            max_length=args.max_length,
+            prompt_ar_loss=args.prompt_ar_loss,
+            seed=args.data_seed if args.data_seed is not None else args.seed,
+            pad_to_multiple_of=args.pad_to_multiple_of,
+        )
 
     def blocks_that_fit(self, prompt_len: int, block_size: int, num_blocks: int) -> int:
         """How many blocks a sequence can hold within max_length (each block takes 2n tokens)."""
@@ -149,19 +191,14 @@ class JacobiForcingCollator:
         length = max(len(p) for p in packed)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        batch = {
+        return {
             "input_ids": _padded([p.input_ids for p in packed], length, self.pad_token_id),
             "position_ids": _padded([p.position_ids for p in packed], length, 0),
-            "segment_ids": _padded([p.segment_ids for p in packed], length, PAD),
-            "block_ids": _padded([p.block_ids for p in packed], length, -1),
+            "segment_ids": _padded([p.segment_ids for p in packed], length, Segment.PADDING),
+            "block_ids": _padded([p.block_ids for p in packed], length, NO_BLOCK),
             "ar_targets": _padded([p.ar_targets for p in packed], length, IGNORE_INDEX),
-            "teacher_index": _padded([p.teacher_index for p in packed], length, -1),
+            "teacher_index": _padded([p.teacher_index for p in packed], length, NO_TEACHER),
         }
-        if self.mask_format == "additive":
-            batch["attention_mask"] = training_attention_mask(
-                batch["segment_ids"], batch["position_ids"], self.mask_dtype, self.layout
-            )
-        return batch
 
 
 def _padded(rows: list[list[int]], length: int, value: int) -> torch.Tensor:

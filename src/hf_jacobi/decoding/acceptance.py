@@ -43,6 +43,17 @@ class Verdict:
         return len(self.tokens) - 1
 
 
+AcceptanceRule = Callable[[list[Branch], torch.Tensor, list[int]], Verdict]
+"""(branches, one row's processed scores [Q, V], the argmax per column) -> what the row commits."""
+
+
+def acceptance_rule(sampling: bool) -> AcceptanceRule:
+    """The rule of one generate() call, chosen once: greedy's argmax walk, or recursive rejection sampling."""
+    if sampling:
+        return lambda branches, scores, predictions: sampled_verdict(branches, scores)
+    return lambda branches, scores, predictions: greedy_verdict(branches, predictions)
+
+
 def greedy_verdict(branches: list[Branch], predictions: list[int]) -> Verdict:
     """Longest run of proposals that greedy decoding would have produced; `predictions` is the argmax per column."""
     return _walk(branches, lambda column, proposed: predictions[column])

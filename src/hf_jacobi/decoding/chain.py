@@ -1,4 +1,4 @@
-"""The draft a row keeps in flight between forwards: one active block and up to K-1 blocks after it.
+"""The Jacobi draft chain: a row's first proposer, one active block and up to K-1 blocks after it.
 
 The chain is [last committed token, drafts...], `blocks * block_size` tokens long, fed causally in one forward. The
 first block is the active one: its first token is always right, and verification walks from it. Later (pseudo-active)
@@ -17,11 +17,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from .acceptance import Verdict
+from .proposers import StepOutcome
+from .step_layout import Branch
+
 
 class DraftChain:
-    """One row's tokens in flight and how many blocks they span."""
+    """One row's tokens in flight and how many blocks they span; the `Proposer` of the Jacobi iteration itself.
 
-    def __init__(self, tokens: list[int], block_size: int, max_blocks: int, spawn_ratio: float) -> None:
+    Args:
+        tokens: the first block: the first committed token, then its initial drafts.
+        fill: draws fresh draft tokens for positions nothing has predicted yet (`PromptDrafter.draw` for the row).
+    """
+
+    def __init__(
+        self,
+        tokens: list[int],
+        block_size: int,
+        max_blocks: int,
+        spawn_ratio: float,
+        fill: Callable[[int], list[int]] | None = None,
+    ) -> None:
         if len(tokens) != block_size:
             raise ValueError(f"a chain starts with one block of {block_size} tokens, got {len(tokens)}")
         self.tokens = tokens
@@ -30,12 +46,16 @@ class DraftChain:
         self.blocks = 1
         self.spawn_threshold = min(max(math.ceil(spawn_ratio * block_size), 1), block_size)
         self.accepted_since_join = 0
+        self.fill = fill
 
-    @property
-    def width(self) -> int:
-        return len(self.tokens)
+    def propose(self, text: list[int], earlier: list[list[int]]) -> list[list[int]]:
+        return [self.tokens[1:]]
 
-    def advance(self, taken: int, continuation: list[int], fill: Callable[[int], list[int]]) -> None:
+    def observe(self, outcome: StepOutcome) -> None:
+        continuation = _continuation(outcome.branches, outcome.verdict, outcome.predictions, outcome.taken)
+        self.advance(outcome.taken, continuation, self.fill)
+
+    def advance(self, taken: int, continuation: list[int], fill: Callable[[int], list[int]] | None) -> None:
         """The Jacobi update once a row has committed `taken` tokens.
 
         Args:
@@ -49,4 +69,23 @@ class DraftChain:
             self.accepted_since_join = 0
         width = self.blocks * self.block_size
         tokens = continuation[:width]
-        self.tokens = tokens + fill(width - len(tokens))
+        missing = width - len(tokens)
+        if missing > 0 and fill is None:
+            raise ValueError(f"the chain needs {missing} fresh draft tokens but has no fill function")
+        self.tokens = tokens + (fill(missing) if missing > 0 else [])
+
+
+def _continuation(branches: list[Branch], verdict: Verdict, predictions: list[int], taken: int) -> list[int]:
+    """The next chain's known tokens: the last committed token, then the predictions after it.
+
+    The winning branch's predictions come first; past its end, the chain's predictions for the same positions.
+    """
+    accepted = taken - 1
+    winner, chain = branches[verdict.branch], branches[0]
+    tokens = [verdict.tokens[accepted]]
+    level = accepted + 1
+    while level < len(chain) or level < len(winner):
+        source = winner if level < len(winner) else chain
+        tokens.append(predictions[source.columns[level]])
+        level += 1
+    return tokens

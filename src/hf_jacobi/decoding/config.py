@@ -108,21 +108,28 @@ class JacobiConfig:
         return kwargs
 
     @classmethod
-    def from_generation_config(cls, generation_config: GenerationConfig | None, **overrides: Any) -> JacobiConfig:
-        """The settings a GenerationConfig carries (defaults for those it lacks), then `overrides` (None ignored).
+    def from_generation_config(cls, *generation_configs: GenerationConfig | None, **overrides: Any) -> JacobiConfig:
+        """The settings the generation configs carry (later ones win; defaults for what none sets), then `overrides`
+        (None values ignored). Validated once, on the merged values.
 
         This is how a checkpoint's generation_config.json, written by `write_to`, becomes the defaults of a call.
         """
         values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = getattr(generation_config, JACOBI_PREFIX + f.name, None) if generation_config is not None else None
-            if value is not None:
-                values[f.name] = value
+        for generation_config in generation_configs:
+            values.update(cls.settings_in(generation_config))
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"Unknown Jacobi setting(s) {unknown}; accepted settings are {sorted(cls().to_dict())}.")
         return cls(**values)
+
+    @classmethod
+    def settings_in(cls, generation_config: GenerationConfig | None) -> dict[str, Any]:
+        """The Jacobi settings a generation config sets (short names), without defaults for the rest."""
+        if generation_config is None:
+            return {}
+        found = {f.name: getattr(generation_config, JACOBI_PREFIX + f.name, None) for f in fields(cls)}
+        return {name: value for name, value in found.items() if value is not None}
 
     def write_to(self, generation_config: GenerationConfig, *, decoding: str = "jacobi") -> GenerationConfig:
         """Stores these settings on `generation_config` (in place, and returned) so that `save_pretrained` carries them
@@ -187,14 +194,7 @@ def resolve_jacobi_config(
     overrides: dict[str, Any],
 ) -> JacobiConfig:
     """Builds a JacobiConfig: call kwargs win over the passed generation_config, which wins over the model's."""
-    values: dict[str, Any] = {}
-    for f in fields(JacobiConfig):
-        for source in (model_generation_config, generation_config):
-            if source is not None and getattr(source, JACOBI_PREFIX + f.name, None) is not None:
-                values[f.name] = getattr(source, JACOBI_PREFIX + f.name)
-        if f.name in overrides and overrides[f.name] is not None:
-            values[f.name] = overrides[f.name]
-    return JacobiConfig(**values)
+    return JacobiConfig.from_generation_config(model_generation_config, generation_config, **overrides)
 
 
 def resolve_decoding(

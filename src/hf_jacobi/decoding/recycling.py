@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .acceptance import greedy_verdict
+from .proposers import StepOutcome
+
 Ngram = tuple[int, ...]
 
 
@@ -73,3 +76,38 @@ class NgramPool:
                 if len(found) == limit:
                     return found
         return found
+
+
+class RecyclingProposer:
+    """Rejection recycling as a `Proposer`: a row's pool, seeded with its prompt, proposing entries keyed on the last
+    committed tokens and fed by every step's commits and rejected tail.
+
+    Args:
+        prompt: the row's prompt tokens (completions often repeat the prompt's text, so its n-grams are in from the start).
+        capacity, ngram_size, key_size: see `NgramPool`.
+        limit: candidates verified per step at most.
+    """
+
+    def __init__(self, prompt: Sequence[int], capacity: int, ngram_size: int, key_size: int, limit: int) -> None:
+        self.pool = NgramPool(capacity, ngram_size, key_size)
+        self.pool.add_sequence(prompt, first_start=1, last_start=len(prompt) - self.pool.ngram_size)
+        self.limit = limit
+
+    def propose(self, text: list[int], earlier: list[list[int]]) -> list[list[int]]:
+        exclude = earlier[0] if earlier else ()
+        return [list(ngram) for ngram in self.pool.candidates(text[-self.pool.key_size :], self.limit, exclude)]
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Feeds the pool what this step produced: the newly committed text and the chain's rejected tail.
+
+        The rejected tail starts where the chain's own drafts stop matching the model; it is keyed on the draft tokens
+        before it, the context it was written for, so it is proposed again if that context comes back.
+        """
+        pool, text, taken, chain = self.pool, outcome.text, outcome.taken, outcome.branches[0]
+        size = pool.ngram_size
+        pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
+        matched = greedy_verdict([chain], outcome.predictions).accepted
+        if matched + 1 < len(chain):
+            # Text before this step ends with chain.tokens[0]; the drafts follow it.
+            context = text[max(0, len(text) - taken - pool.key_size) : len(text) - taken]
+            pool.add_sequence(context + chain.tokens[1:], first_start=len(context) + matched)

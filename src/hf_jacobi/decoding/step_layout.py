@@ -38,23 +38,28 @@ class StepLayout:
         tokens: LongTensor [b, Q].
         levels: LongTensor [b, Q]: each column's distance from column 0, i.e. its position offset (0 for padding).
         visible: BoolTensor [b, Q, Q]: which columns each column attends to.
-        branches: per row, the draft chain first, then one branch per candidate.
+        branches: per row, the draft chain first, then one branch per other proposal.
         columns_used: per row, how many columns carry real tokens.
     """
 
-    def __init__(self, chains: list[list[int]], candidates: list[list[tuple[int, ...]]], pad_id: int, device) -> None:
+    def __init__(self, roots: list[int], proposals: list[list[list[int]]], pad_id: int, device) -> None:
+        """Lays out one forward: per row, its root (last committed token) in column 0, then each proposed branch.
+
+        The first branch of a row (its draft chain) continues column 0 causally; each later branch gets its own
+        columns after it. Either way a branch sees column 0 and its own earlier tokens only.
+        """
         self.branches: list[list[Branch]] = []
         self.columns_used: list[int] = []
         token_rows, branch_rows, level_rows = [], [], []
-        for chain, extra in zip(chains, candidates, strict=True):
-            branches = [Branch(list(range(len(chain))), list(chain))]
-            tokens, branch_ids, levels = list(chain), [0] * len(chain), list(range(len(chain)))
-            for index, ngram in enumerate(extra, start=1):
+        for root, branches_tokens in zip(roots, proposals, strict=True):
+            tokens, branch_ids, levels = [root], [0], [0]
+            branches = []
+            for index, drafts in enumerate(branches_tokens):
                 start = len(tokens)
-                branches.append(Branch([0, *range(start, start + len(ngram))], [chain[0], *ngram]))
-                tokens.extend(ngram)
-                branch_ids.extend([index] * len(ngram))
-                levels.extend(range(1, len(ngram) + 1))
+                branches.append(Branch([0, *range(start, start + len(drafts))], [root, *drafts]))
+                tokens.extend(drafts)
+                branch_ids.extend([index] * len(drafts))
+                levels.extend(range(1, len(drafts) + 1))
             self.branches.append(branches)
             self.columns_used.append(len(tokens))
             token_rows.append(tokens)

@@ -15,6 +15,10 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from .._version import __version__
+from ..decoding.config import JacobiConfig
+from .results import BenchResults
+
 TEMPLATE_PACKAGE = "hf_jacobi.model_cards"
 TEMPLATE_NAME = "jacobi_forcing.md"
 
@@ -36,12 +40,11 @@ class CardInfo:
         repo_id: where it is published (the usage snippets load it from there).
         base_model: the model it was trained from (a Hub id or a local path; only Hub ids are linked).
         adapter: True for a LoRA adapter, whose usage goes through peft and the base model.
-        jacobi_settings: the `jacobi_*` defaults written into generation_config.json.
+        jacobi: the Jacobi defaults written into generation_config.json (None: the card lists none).
         training_data: one line about the trajectories it was trained on.
         datasets: Hub datasets for the card's metadata.
         recipe: Markdown describing the recipe (e.g. the YAML files, fenced).
-        bench_table: the Markdown table `hf-jacobi bench` wrote for this checkpoint, or None when not measured.
-        bench_notes: the machine and the command that produced the table.
+        bench: what `hf-jacobi bench` measured on this checkpoint (its bench.json), or None when not measured.
         tuning_note: how the defaults were chosen (e.g. by `hf-jacobi tune`, on which hardware).
         license: an SPDX id or "other".
     """
@@ -49,12 +52,11 @@ class CardInfo:
     repo_id: str
     base_model: str | None = None
     adapter: bool = False
-    jacobi_settings: dict[str, Any] = field(default_factory=dict)
+    jacobi: JacobiConfig | None = None
     training_data: str = "the model's own Jacobi decoding trajectories (`hf-jacobi collect`)"
     datasets: list[str] = field(default_factory=list)
     recipe: str = ""
-    bench_table: str | None = None
-    bench_notes: str = ""
+    bench: BenchResults | None = None
     tuning_note: str = ""
     license: str = "apache-2.0"
     model_name: str | None = None
@@ -74,10 +76,17 @@ def _is_hub_id(name: str | None) -> bool:
     return bool(name) and not Path(name).expanduser().exists() and name.count("/") == 1 and " " not in name
 
 
+def _generation_config_settings(jacobi: JacobiConfig | None) -> dict[str, Any]:
+    """The settings by the names a user passes to generate() and finds in generation_config.json."""
+    if jacobi is None:
+        return {}
+    settings = jacobi.to_generate_kwargs()
+    del settings["decoding"]  # the card says it in prose: the table lists the values a user may tune
+    return settings
+
+
 def render_model_card(info: CardInfo, template: str | Path | None = None) -> ModelCard:
     """The card as a `huggingface_hub.ModelCard` (YAML metadata + Markdown), ready to `save()` or push."""
-    from hf_jacobi import __version__
-
     hub_base = info.base_model if _is_hub_id(info.base_model) else None
     data = ModelCardData(
         base_model=hub_base,
@@ -97,9 +106,9 @@ def render_model_card(info: CardInfo, template: str | Path | None = None) -> Mod
         base_model_url=f"https://huggingface.co/{hub_base}" if hub_base else "#training",
         adapter=info.adapter,
         hf_jacobi_version=__version__,
-        bench_table=info.bench_table,
-        bench_notes=info.bench_notes,
-        jacobi_settings=info.jacobi_settings,
+        bench_table=info.bench.table() if info.bench else None,
+        bench_notes=info.bench.description() if info.bench else "",
+        jacobi_settings=_generation_config_settings(info.jacobi),
         tuning_note=info.tuning_note,
         training_data=info.training_data,
         recipe=info.recipe,

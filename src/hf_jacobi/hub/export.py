@@ -12,14 +12,12 @@ import fnmatch
 import json
 import logging
 import shutil
-from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 from transformers import GenerationConfig
 
 from ..decoding import generate as decoding_entry
-from ..decoding.config import JACOBI_PREFIX, JacobiConfig
+from ..decoding.config import JacobiConfig
 from .card import CardInfo, render_model_card
 from .upload import UPLOAD_IGNORE_PATTERNS, checkpoint_folder
 
@@ -58,49 +56,25 @@ def export_custom_generate(folder: str | Path) -> Path:
     return target
 
 
-def jacobi_generation_config(base: GenerationConfig | None, settings: dict[str, Any]) -> GenerationConfig:
-    """`base` with `decoding="jacobi"` and the given `jacobi_*` settings (names with or without the prefix).
-
-    Settings already in `base` (e.g. written by `hf-jacobi tune`) are kept unless overridden; the block size is always
-    written out so that the file, and the card quoting it, say which block size the checkpoint decodes with.
-    """
-    config = copy.deepcopy(base) if base is not None else GenerationConfig()
-    known = {f.name for f in fields(JacobiConfig)}
-    values = {
-        f.name: getattr(config, JACOBI_PREFIX + f.name)
-        for f in fields(JacobiConfig)
-        if getattr(config, JACOBI_PREFIX + f.name, None) is not None
-    }
-    for name, value in settings.items():
-        short = name.removeprefix(JACOBI_PREFIX)
-        if short not in known:
-            raise ValueError(f"Unknown Jacobi setting {name!r}; accepted settings are {sorted(known)}.")
-        if value is not None:
-            values[short] = value
-    values.setdefault("block_size", JacobiConfig().block_size)
-    JacobiConfig(**values)  # validates, naming a bad value
-    config.decoding = "jacobi"
-    config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
-    for name, value in values.items():
-        setattr(config, JACOBI_PREFIX + name, value)
-    return config
-
-
-def jacobi_settings_of(config: GenerationConfig) -> dict[str, Any]:
-    """The `jacobi_*` attributes set on a generation config, in JacobiConfig's field order."""
-    return {
-        JACOBI_PREFIX + f.name: getattr(config, JACOBI_PREFIX + f.name)
-        for f in fields(JacobiConfig)
-        if getattr(config, JACOBI_PREFIX + f.name, None) is not None
-    }
-
-
-def _base_generation_config(folder: Path) -> GenerationConfig | None:
+def base_generation_config(folder: str | Path) -> GenerationConfig | None:
+    """The generation config a checkpoint folder carries, else the one its config.json implies, else None."""
+    folder = Path(folder)
     if (folder / "generation_config.json").is_file():
         return GenerationConfig.from_pretrained(folder)
     if (folder / "config.json").is_file():
         return GenerationConfig.from_pretrained(folder, config_file_name="config.json", _from_model_config=True)
     return None
+
+
+def jacobi_generation_config(base: GenerationConfig | None, jacobi: JacobiConfig) -> GenerationConfig:
+    """A copy of `base` (the caller's stays as it is) that decodes with Jacobi and `jacobi`'s settings by default.
+
+    Every setting is written out, so that the file, and the card quoting it, say exactly how the checkpoint decodes.
+    """
+    config = copy.deepcopy(base) if base is not None else GenerationConfig()
+    jacobi.write_to(config)
+    config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
+    return config
 
 
 def tuning_note(folder: Path) -> str:
@@ -118,20 +92,21 @@ def tuning_note(folder: Path) -> str:
 def prepare_publish_folder(
     folder: str | Path,
     card: CardInfo,
-    jacobi_settings: dict[str, Any] | None = None,
+    jacobi: JacobiConfig | None = None,
     template: str | Path | None = None,
     extra_files: list[Path] | None = None,
-) -> dict[str, Any]:
+) -> JacobiConfig:
     """Completes a saved checkpoint (weights or adapter, tokenizer) in place for publishing.
 
-    Writes generation_config.json with `decoding="jacobi"` and the Jacobi defaults, the model card (README.md), the
-    `custom_generate/` folder and copies of `extra_files` (e.g. the bench plot). Returns the Jacobi settings written.
+    Writes generation_config.json with `decoding="jacobi"` and the Jacobi defaults (`jacobi`, else those the folder
+    already carries), the model card (README.md), the `custom_generate/` folder and copies of `extra_files` (e.g. the
+    bench plot). Returns the Jacobi settings written.
     """
     folder = checkpoint_folder(folder)
-    generation_config = jacobi_generation_config(_base_generation_config(folder), jacobi_settings or {})
-    generation_config.save_pretrained(folder)
-    settings = jacobi_settings_of(generation_config)
-    card.jacobi_settings = settings
+    base = base_generation_config(folder)
+    settings = jacobi or JacobiConfig.from_generation_config(base)
+    jacobi_generation_config(base, settings).save_pretrained(folder)
+    card.jacobi = settings
     if not card.tuning_note:
         card.tuning_note = tuning_note(folder)
     render_model_card(card, template).save(folder / "README.md")

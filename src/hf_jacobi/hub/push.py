@@ -11,11 +11,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..bench.report import markdown_table
+from ..decoding.config import JacobiConfig
 from .card import CardInfo, fenced_files
 from .export import prepare_publish_folder, stage_checkpoint
+from .results import BenchResults
 from .upload import checkpoint_folder, upload_checkpoint
 
 
@@ -23,28 +23,7 @@ from .upload import checkpoint_folder, upload_checkpoint
 class PublishResult:
     folder: Path
     url: str | None
-    jacobi_settings: dict[str, Any]
-
-
-def bench_section(bench_json: Path) -> tuple[str, str, list[Path]]:
-    """The table, its notes and the plot (when beside it) from a `hf-jacobi bench` JSON file."""
-    if not bench_json.is_file():
-        raise FileNotFoundError(f"bench results {str(bench_json)!r} do not exist (write them with hf-jacobi bench)")
-    try:
-        payload = json.loads(bench_json.read_text(encoding="utf-8"))
-        meta, rows = payload["meta"], payload["summary"]
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"{str(bench_json)!r} is not a hf-jacobi bench JSON file ({error})") from None
-    table = markdown_table(rows, meta.get("metric", "score"))
-    lines = [
-        f"Measured on {meta.get('machine', 'unrecorded hardware')} with `{meta.get('command', 'hf-jacobi bench')}`: "
-        f"{meta.get('task', '?')}, {rows[0]['samples'] if rows else 0} samples, batch {meta.get('batch_size', '?')}, "
-        f"at most {meta.get('max_new_tokens', '?')} new tokens; every sample counted, prefill included in tok/s "
-        "unless marked."
-    ]
-    lines += [f"Note: {note}" for note in payload.get("notes", [])]
-    plot = bench_json.with_suffix(".png")
-    return table, "\n".join(lines), [plot] if plot.is_file() else []
+    jacobi: JacobiConfig
 
 
 def base_model_of(folder: Path) -> str | None:
@@ -65,7 +44,7 @@ def publish_checkpoint(
     recipe_files: list[Path] | None = None,
     bench_json: Path | None = None,
     license: str = "apache-2.0",
-    jacobi_settings: dict[str, Any] | None = None,
+    jacobi: JacobiConfig | None = None,
     template: Path | None = None,
     output_dir: Path | None = None,
     dry_run: bool = False,
@@ -75,6 +54,8 @@ def publish_checkpoint(
 ) -> PublishResult:
     """Stages, completes and (unless `dry_run`) uploads `model_dir` to `repo_id`.
 
+    `jacobi` replaces the Jacobi defaults the checkpoint carries (its generation_config.json, else the library's);
+    `bench_json` (written by `hf-jacobi bench`) fills the card's measured-speed table and is published with its plot.
     With `output_dir` the rendered folder is kept there for inspection; otherwise a temporary folder is used and
     removed after the upload.
     """
@@ -99,9 +80,9 @@ def publish_checkpoint(
             card.training_data = training_data
         extra: list[Path] = list(recipe_files or [])
         if bench_json is not None:
-            card.bench_table, card.bench_notes, plots = bench_section(Path(bench_json))
-            extra += [Path(bench_json), *plots]
-        settings = prepare_publish_folder(staging, card, jacobi_settings, template, extra)
+            card.bench = BenchResults.from_json(bench_json)
+            extra += [Path(bench_json), *([card.bench.plot] if card.bench.plot else [])]
+        settings = prepare_publish_folder(staging, card, jacobi, template, extra)
         url = None
         if not dry_run:
             url = upload_checkpoint(

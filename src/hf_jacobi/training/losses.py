@@ -4,49 +4,101 @@ Consistency pulls the prediction at each noisy token (from its block's first wro
 at the clean token of the same position, taken from the same forward and detached: the teacher is the model's own
 autoregressive view, so the student learns to jump from a noisy block to the fixed point. The autoregressive loss on
 the clean tokens keeps the model's greedy output (what Jacobi decoding returns, losslessly) from drifting.
+
+Each loss is a sum over its items divided by a count of items. With gradient accumulation the count is taken over the
+whole accumulated batch (`LossItems.count`), as transformers and TRL do for their token losses: dividing each
+micro-batch by its own count would weigh the items of a short micro-batch more than those of a long one, and make
+accumulation 4 x batch 1 train differently from batch 4.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
+
+from ..data.packing import IGNORE_INDEX, NO_TEACHER
 
 CONSISTENCY_NORMALIZATIONS = ("blocks", "tokens")
 
 
+class LossItems(NamedTuple):
+    """What the two losses are divided by, counted over the batches that make one optimizer step.
+
+    `ar`: tokens with a next-token target (`ar_targets != IGNORE_INDEX`). `consistency`: with "blocks"
+    normalization, the packed blocks (converged ones included: they count as blocks the model already gets right);
+    with "tokens", the noisy tokens that have a teacher.
+    """
+
+    ar: torch.Tensor
+    consistency: torch.Tensor
+
+    @classmethod
+    def count(cls, batches: Iterable[Mapping[str, torch.Tensor]], normalization: str) -> LossItems:
+        ar, consistency = 0, 0
+        for batch in batches:
+            ar = ar + (batch["ar_targets"] != IGNORE_INDEX).sum()
+            if normalization == "tokens":
+                consistency = consistency + (batch["teacher_index"] != NO_TEACHER).sum()
+            else:
+                consistency = consistency + _blocks_per_row(batch["block_ids"]).sum()
+        return cls(torch.as_tensor(ar), torch.as_tensor(consistency))
+
+
 def consistency_loss(
-    logits: torch.Tensor, teacher_index: torch.Tensor, block_ids: torch.Tensor, normalization: str = "blocks"
+    logits: torch.Tensor,
+    teacher_index: torch.Tensor,
+    block_ids: torch.Tensor,
+    normalization: str = "blocks",
+    num_items: torch.Tensor | int | None = None,
 ) -> torch.Tensor:
     """Soft cross entropy of the student logits against the detached teacher distribution.
 
     Args:
         logits: [B, L, V].
-        teacher_index: [B, L]; at a student (noisy) token, the index of its teacher (clean) token, else -1.
-        block_ids: [B, L], block number of each token (-1 outside blocks); says how many blocks each row packed.
-        normalization: "blocks" (the paper's): average over each block's student tokens, then over all packed
-            blocks, converged ones included; "tokens": average over all student tokens.
+        teacher_index: [B, L]; at a student (noisy) token, the index of its teacher (clean) token, else NO_TEACHER.
+        block_ids: [B, L], block number of each token (NO_BLOCK outside blocks); says how many blocks each row packed.
+        normalization: "blocks" (the paper's): the mean over each block's student tokens, summed over blocks and
+            divided by the number of blocks, converged ones included; "tokens": summed over student tokens and divided
+            by their number.
+        num_items: that number of blocks or tokens over the whole accumulated batch; None counts this batch's.
     """
-    if normalization not in CONSISTENCY_NORMALIZATIONS:
-        raise ValueError(f"normalization must be one of {list(CONSISTENCY_NORMALIZATIONS)}, got {normalization!r}.")
-    rows, cols = (teacher_index >= 0).nonzero(as_tuple=True)
+    rows, cols = (teacher_index != NO_TEACHER).nonzero(as_tuple=True)
     if rows.numel() == 0:
         return logits.sum() * 0.0  # keeps the graph (and DDP's gradient sync) intact when nothing is noisy
     student = logits[rows, cols].float()
     teacher = logits[rows, teacher_index[rows, cols]].detach().float()
     per_token = -(teacher.softmax(-1) * student.log_softmax(-1)).sum(-1)
     if normalization == "tokens":
-        return per_token.mean()
-    row_blocks = block_ids.amax(dim=1) + 1  # blocks packed in each row
+        return per_token.sum() / _divisor(num_items, per_token.numel())
+    row_blocks = _blocks_per_row(block_ids)
     offsets = row_blocks.cumsum(0) - row_blocks
     group = offsets[rows] + block_ids[rows, cols]  # one slot per (row, block)
     total = int(row_blocks.sum())
     sums = torch.zeros(total, device=logits.device).index_add(0, group, per_token)
     counts = torch.zeros(total, device=logits.device).index_add(0, group, torch.ones_like(per_token))
-    return (sums / counts.clamp(min=1)).sum() / total
+    return (sums / counts.clamp(min=1)).sum() / _divisor(num_items, total)
 
 
-def ar_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy where `targets` is set (targets are already aligned: no shift)."""
-    if not (targets >= 0).any():
+def ar_loss(logits: torch.Tensor, targets: torch.Tensor, num_items: torch.Tensor | int | None = None) -> torch.Tensor:
+    """Next-token cross entropy where `targets` is set (already aligned: no shift), summed and divided by `num_items`
+    (the targets of the whole accumulated batch; None counts this batch's)."""
+    targeted = targets != IGNORE_INDEX
+    if not targeted.any():
         return logits.sum() * 0.0
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+    total = F.cross_entropy(
+        logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return total / _divisor(num_items, int(targeted.sum()))
+
+
+def _blocks_per_row(block_ids: torch.Tensor) -> torch.Tensor:
+    return block_ids.amax(dim=1) + 1  # blocks are numbered from 0; a row without blocks holds NO_BLOCK (-1) only
+
+
+def _divisor(num_items: torch.Tensor | int | None, local: int) -> torch.Tensor | int:
+    if num_items is None:
+        return local
+    return torch.as_tensor(num_items).clamp(min=1)  # an accumulated batch with no item gives 0, not 0 / 0

@@ -18,20 +18,17 @@ import datasets
 import torch
 from accelerate import PartialState
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import encode_prompts, load_prompts
+from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
-from ..models import DEFAULT_MODEL_NAME, ensure_model_cache, set_padding
+from ..loading import load_model
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
 
 logger = logging.getLogger(__name__)
-
-EMBEDDED = "embedded"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
 @dataclass
@@ -90,26 +87,15 @@ class EvaluateArguments(PromptArguments):
     output_file: str | None = field(default=None, metadata={"help": "Write the results as JSON here."})
 
 
-def resolve_model_path(name: str) -> str:
-    """`embedded` (or the embedded model's hub id, which cannot be downloaded here) means the GGUF-converted cache."""
-    if name in (EMBEDDED, DEFAULT_MODEL_NAME) and not Path(name).exists():
-        return str(ensure_model_cache())
-    return name
-
-
-def load_model_and_tokenizer(model_args: ModelConfig, device=None):
-    path = resolve_model_path(model_args.model_name_or_path)
-    dtype = model_args.dtype or "float32"
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=DTYPES[dtype], attn_implementation=model_args.attn_implementation or "sdpa"
+def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode: bool = True):
+    """The model a recipe names (`embedded` or a local folder / hub id) with the dtype and attention it asks for."""
+    return load_model(
+        model_args.model_name_or_path,
+        dtype=model_args.dtype or "float32",
+        device=device,
+        attn_implementation=model_args.attn_implementation or "sdpa",
+        eval_mode=eval_mode,
     )
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    set_padding(model, tokenizer)
-    if device is not None:
-        model = model.to(device)
-    return model, tokenizer
 
 
 def run_collect(argv: list[str]) -> int:
@@ -117,7 +103,6 @@ def run_collect(argv: list[str]) -> int:
     args, model_args = parser.parse_args_and_config(args=argv)
     state = PartialState()
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
-    model.eval()
     with torch.inference_mode():
         output = collect_trajectories(
             model,
@@ -143,7 +128,7 @@ def run_collect(argv: list[str]) -> int:
 def run_train(argv: list[str]) -> int:
     parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
-    model, tokenizer = load_model_and_tokenizer(model_args)
+    model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
     dataset = load_trajectories(script_args.trajectories)
     eval_dataset = None
     if script_args.eval_fraction:
@@ -171,9 +156,9 @@ def run_train(argv: list[str]) -> int:
 
 @torch.inference_mode()
 def measure_tokens_per_forward(
-    model, tokenizer, prompts: datasets.Dataset, block_size: int, max_new_tokens: int, chat: bool
-):
-    """Plain Jacobi decoding (one block, no recycling) over each prompt; also checks every output equals greedy."""
+    model, tokenizer, prompts: datasets.Dataset, jacobi: JacobiConfig, max_new_tokens: int, chat: bool
+) -> dict:
+    """Jacobi decoding with `jacobi` over each prompt, one at a time; also checks every output equals greedy."""
     model = enable_jacobi(model)
     tokens = forwards = 0
     identical = True
@@ -183,9 +168,8 @@ def measure_tokens_per_forward(
             input_ids,
             max_new_tokens=max_new_tokens,
             do_sample=False,
-            decoding="jacobi",
-            jacobi_block_size=block_size,
             return_dict_in_generate=True,
+            **jacobi.to_generate_kwargs(),
         )
         greedy = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
         identical &= torch.equal(out.sequences, greedy)
@@ -206,24 +190,23 @@ def run_evaluate(argv: list[str]) -> int:
     args, model_args = parser.parse_args_and_config(args=argv)
     prompts = args.load()
     model, tokenizer = load_model_and_tokenizer(model_args)
-    model.eval()
+    plain_jacobi = JacobiConfig(block_size=args.block_size)  # one block, no recycling: what training improves
     results = {"model": model_args.model_name_or_path, "block_size": args.block_size, "prompts": args.prompts}
     results["base"] = measure_tokens_per_forward(
-        model, tokenizer, prompts, args.block_size, args.max_new_tokens, args.chat_template
+        model, tokenizer, prompts, plain_jacobi, args.max_new_tokens, args.chat_template
     )
     trained = None
     if args.adapter:
         from peft import PeftModel
 
-        trained = PeftModel.from_pretrained(model, args.adapter).merge_and_unload()
+        trained = PeftModel.from_pretrained(model, args.adapter).merge_and_unload().eval()
     elif args.trained_model:
         trained, _ = load_model_and_tokenizer(
             ModelConfig(model_name_or_path=args.trained_model, dtype=model_args.dtype)
         )
     if trained is not None:
-        trained.eval()
         results["trained"] = measure_tokens_per_forward(
-            trained, tokenizer, prompts, args.block_size, args.max_new_tokens, args.chat_template
+            trained, tokenizer, prompts, plain_jacobi, args.max_new_tokens, args.chat_template
         )
     print(json.dumps(results, indent=2))
     if args.output_file:

@@ -2,43 +2,31 @@
 
 Everything SFTTrainer offers (LoRA through `peft_config`, gradient checkpointing, accelerate/DeepSpeed/FSDP, resume,
 Hub push with a generated model card) is kept; the trainer only swaps the collator for one that packs noisy and clean
-blocks under the noise-aware mask, and the loss for the paper's two-term loss, both computed in one forward.
+blocks, builds the noise-aware mask its model reads, and replaces the loss with the paper's two-term loss, both terms
+computed in one forward and normalized over the whole accumulated batch.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
 import datasets
-from transformers import TrainerCallback
+import torch
+from transformers import AutoTokenizer, TrainerCallback
 from trl import SFTTrainer
+from trl.trainer.utils import get_config_model_id
 
-from ..data.masks import noise_aware_block_mask
-from ..data.packing import JacobiForcingCollator
-from ..decoding.kv import AttentionLayout
+from ..data.masks import NoiseAwareMask
+from ..data.packing import NO_TEACHER, JacobiForcingCollator, Segment
+from ..decoding.config import JacobiConfig
 from ..hub.card import CITATION, CardInfo, render_model_card
-from ..hub.export import prepare_publish_folder
+from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
 from .config import JacobiForcingConfig
-from .losses import ar_loss, consistency_loss
-
-logger = logging.getLogger(__name__)
-
-TRAJECTORY_COLUMNS = ("prompt_id", "prompt_ids", "completion_ids", "block_size", "states", "fixed_points")
-
-
-class _CollatorEpoch(TrainerCallback):
-    """Tells the collator which epoch is starting, so that each epoch draws fresh noisy views (and a resumed run the
-    same views as an uninterrupted one)."""
-
-    def __init__(self, collator: JacobiForcingCollator) -> None:
-        self.collator = collator
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        self.collator.epoch = int(state.epoch or 0)
+from .dataset import CollatorEpoch, pad_token_id, usable_trajectories
+from .losses import LossItems, ar_loss, consistency_loss
 
 
 class JacobiForcingTrainer(SFTTrainer):
@@ -48,10 +36,16 @@ class JacobiForcingTrainer(SFTTrainer):
         model: a model id, a local path, a `PreTrainedModel` or a `PeftModel`.
         args: a `JacobiForcingConfig`.
         train_dataset / eval_dataset: trajectories, as `collect_trajectories` writes them (`load_trajectories`).
-        data_collator: defaults to a `JacobiForcingCollator` set up from `args`.
+        processing_class: the tokenizer (its pad token, else its EOS token, pads batches); loaded from the model's
+            name when not given.
+        data_collator: a `JacobiForcingCollator`, used as given; by default one is built from `args`.
         peft_config: a peft config (e.g. `LoraConfig`) to train an adapter instead of the full model.
         Other arguments are SFTTrainer's.
     """
+
+    # The loss is divided by item counts taken over the whole accumulated batch (see `get_batch_samples`), so Trainer
+    # must not divide it again by the number of accumulation steps.
+    loss_is_scaled_for_ga = True
 
     _tag_names: ClassVar[list[str]] = ["trl", "sft", "jacobi-forcing", "hf_jacobi"]
     _name = "Jacobi Forcing"
@@ -79,20 +73,21 @@ class JacobiForcingTrainer(SFTTrainer):
             raise TypeError(f"args must be a JacobiForcingConfig, got {type(args).__name__}.")
         if train_dataset is None:
             raise ValueError("train_dataset is required: trajectories from hf_jacobi.collect_trajectories.")
+        if processing_class is None:
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            processing_class = AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
         if data_collator is None:
-            data_collator = JacobiForcingCollator(
-                pad_token_id=0,  # replaced below once the tokenizer is known
-                noise_schedule=args.noise_schedule,
-                noise_window=args.noise_window,
-                max_length=args.max_length,
-                prompt_ar_loss=args.prompt_ar_loss,
-                seed=args.data_seed if args.data_seed is not None else args.seed,
+            data_collator = JacobiForcingCollator.from_config(args, pad_token_id(processing_class, args.pad_token))
+        elif not isinstance(data_collator, JacobiForcingCollator):
+            raise TypeError(
+                f"data_collator must be a JacobiForcingCollator (the losses index the packed layout it builds), got "
+                f"{type(data_collator).__name__}; pass None to build one from args."
             )
-        train_dataset = _usable_trajectories(train_dataset, data_collator, "train")
+        train_dataset = usable_trajectories(train_dataset, data_collator, "train")
         if isinstance(eval_dataset, dict):
-            eval_dataset = {k: _usable_trajectories(v, data_collator, k) for k, v in eval_dataset.items()}
+            eval_dataset = {k: usable_trajectories(v, data_collator, k) for k, v in eval_dataset.items()}
         elif eval_dataset is not None:
-            eval_dataset = _usable_trajectories(eval_dataset, data_collator, "eval")
+            eval_dataset = usable_trajectories(eval_dataset, data_collator, "eval")
         super().__init__(
             model=model,
             args=args,
@@ -101,22 +96,60 @@ class JacobiForcingTrainer(SFTTrainer):
             eval_dataset=eval_dataset,
             processing_class=processing_class,
             peft_config=peft_config,
-            callbacks=[*(callbacks or []), _CollatorEpoch(data_collator)],
+            callbacks=[*(callbacks or []), CollatorEpoch(data_collator)],
             **kwargs,
         )
-        pad = self._tokenizer.pad_token_id
-        data_collator.pad_token_id = pad if pad is not None else (self._tokenizer.eos_token_id or 0)
-        data_collator.mask_dtype = self.model.dtype
-        attn = getattr(self.model.config, "_attn_implementation", None) or "eager"
-        if attn.startswith("flash"):
-            raise ValueError(
-                f"Jacobi Forcing needs an arbitrary 4D attention mask, which {attn!r} cannot express; load the model "
-                "with attn_implementation='sdpa', 'eager' or 'flex_attention'."
-            )
-        data_collator.mask_format = "flex" if attn == "flex_attention" else "additive"
-        data_collator.layout = AttentionLayout.from_config(self.model.config)
+        self.noise_aware_mask = NoiseAwareMask.for_model(self.model)
         sizes = collections.Counter(train_dataset["block_size"])
-        self._trained_block_size = sizes.most_common(1)[0][0] if sizes else None
+        self._trained_block_size = sizes.most_common(1)[0][0]
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, LossItems]:
+        """The micro-batches of one optimizer step, and the items both losses are divided by, counted over all of them
+        (and over all processes with `average_tokens_across_devices`); `compute_loss` receives the counts as
+        `num_items_in_batch`."""
+        batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        items = LossItems.count(batches, self.args.consistency_normalization)
+        counts = torch.stack(list(items)).to(device)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            counts = self.accelerator.gather(counts).view(-1, len(items)).sum(0)
+        return batches, LossItems(*counts)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch: LossItems | None = None):
+        """consistency + ar_loss_weight * AR, each summed over this micro-batch and divided by its item count over the
+        accumulated batch (`num_items_in_batch`; None, as in evaluation, counts this batch's items)."""
+        mode = "train" if self.model.training else "eval"
+        ar_targets = inputs.pop("ar_targets")
+        teacher_index = inputs.pop("teacher_index")
+        block_ids = inputs.pop("block_ids")
+        segment_ids = inputs.pop("segment_ids")
+        inputs["attention_mask"] = self.noise_aware_mask(segment_ids, inputs["position_ids"])
+        outputs = model(**inputs, use_cache=False)
+        items = num_items_in_batch
+        consistency = consistency_loss(
+            outputs.logits,
+            teacher_index,
+            block_ids,
+            self.args.consistency_normalization,
+            items.consistency if items is not None else None,
+        )
+        autoregressive = ar_loss(outputs.logits, ar_targets, items.ar if items is not None else None)
+        if items is not None and self.args.average_tokens_across_devices:
+            # The counts cover every process and DDP averages the gradients over processes: scale back to a sum.
+            consistency = consistency * self.accelerator.num_processes
+            autoregressive = autoregressive * self.accelerator.num_processes
+        loss = consistency + self.args.ar_loss_weight * autoregressive
+
+        # Each micro-batch holds a share of its step's loss: logged x the micro-batches, their mean is the step's.
+        shares = self.current_gradient_accumulation_steps if items is not None else 1
+        gather = self.accelerator.gather_for_metrics
+        metrics = self._metrics[mode]
+        metrics["consistency_loss"].append(gather(consistency.detach()).mean().item() * shares)
+        metrics["ar_loss"].append(gather(autoregressive.detach()).mean().item() * shares)
+        metrics["noisy_tokens"].append(gather((teacher_index != NO_TEACHER).sum()).float().mean().item())
+        if mode == "train":
+            self._total_train_tokens += gather((segment_ids != Segment.PADDING).sum()).sum().item()
+            metrics["num_tokens"] = [self._total_train_tokens]
+        return (loss, outputs) if return_outputs else loss
 
     def create_model_card(
         self,
@@ -150,12 +183,16 @@ class JacobiForcingTrainer(SFTTrainer):
             ),
             recipe=self._recipe_markdown(),
         )
-        settings = {"jacobi_block_size": self._trained_block_size} if self._trained_block_size else {}
+        # Settings the saved model already carries (e.g. tuned ones from an earlier round) stay; the block size is the
+        # one it was trained at.
+        jacobi = JacobiConfig.from_generation_config(
+            base_generation_config(output_dir), block_size=self._trained_block_size
+        )
         if is_checkpoint_folder(output_dir):
-            prepare_publish_folder(output_dir, card, settings)
+            prepare_publish_folder(output_dir, card, jacobi)
         else:  # a checkpoint save: the weights are in checkpoint-*/, only the card goes at the top
             output_dir.mkdir(parents=True, exist_ok=True)
-            card.jacobi_settings = settings
+            card.jacobi = jacobi
             render_model_card(card).save(output_dir / "README.md")
 
     def _recipe_markdown(self) -> str:
@@ -176,62 +213,3 @@ class JacobiForcingTrainer(SFTTrainer):
                 f"{sorted(getattr(lora, 'target_modules', None) or [])}"
             )
         return "\n".join(f"  - {line}" for line in lines)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        mode = "train" if self.model.training else "eval"
-        ar_targets = inputs.pop("ar_targets")
-        teacher_index = inputs.pop("teacher_index")
-        block_ids = inputs.pop("block_ids")
-        segment_ids = inputs.pop("segment_ids")
-        if "attention_mask" not in inputs:
-            layout = self.data_collator.layout
-            inputs["attention_mask"] = noise_aware_block_mask(segment_ids, inputs["position_ids"], layout)
-        outputs = model(**inputs, use_cache=False)
-        logits = outputs.logits
-        consistency = consistency_loss(logits, teacher_index, block_ids, self.args.consistency_normalization)
-        autoregressive = ar_loss(logits, ar_targets)
-        loss = consistency + self.args.ar_loss_weight * autoregressive
-
-        gather = self.accelerator.gather_for_metrics
-        self._metrics[mode]["consistency_loss"].append(gather(consistency.detach()).mean().item())
-        self._metrics[mode]["ar_loss"].append(gather(autoregressive.detach()).mean().item())
-        noisy = (teacher_index >= 0).sum()
-        self._metrics[mode]["noisy_tokens"].append(gather(noisy).float().mean().item())
-        if mode == "train":
-            tokens = gather((segment_ids != 3).sum()).sum().item()
-            self._total_train_tokens += tokens
-            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-        return (loss, outputs) if return_outputs else loss
-
-
-def _usable_trajectories(dataset: datasets.Dataset, collator: JacobiForcingCollator, name: str) -> datasets.Dataset:
-    """Checks the columns, and drops (with a count) the trajectories that hold no block that fits in max_length:
-    a completion shorter than one block, or a prompt too long. Nothing else is dropped."""
-    missing = [c for c in TRAJECTORY_COLUMNS if c not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"the {name} dataset lacks the trajectory columns {missing} (it has {dataset.column_names}); "
-            "collect it with hf_jacobi.collect_trajectories and load it with hf_jacobi.load_trajectories."
-        )
-
-    def fits(example: dict[str, Any]) -> bool:
-        blocks = collator.blocks_that_fit(
-            len(example["prompt_ids"]), example["block_size"], len(example["fixed_points"])
-        )
-        return blocks > 0
-
-    kept = dataset.filter(fits, desc=f"checking {name} trajectories")
-    if len(kept) == 0:
-        raise ValueError(
-            f"none of the {len(dataset)} {name} trajectories holds a complete block that fits in max_length="
-            f"{collator.max_length}: raise max_length or collect with more max_new_tokens."
-        )
-    if len(kept) < len(dataset):
-        logger.warning(
-            "%d of %d %s trajectories hold no complete block within max_length=%s and are skipped.",
-            len(dataset) - len(kept),
-            len(dataset),
-            name,
-            collator.max_length,
-        )
-    return kept

@@ -1,0 +1,72 @@
+"""`hf-jacobi overhead`: tokens per forward per Jacobi variant, and what the loop costs beyond the model, on the
+embedded model and HumanEval prompts (see `hf_jacobi.bench.overhead` for what is measured)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..bench.common import VARIANTS
+from ..data.humaneval import MissingDataError, humaneval_prompts
+from .common import CliError, positive_int
+
+
+def run_overhead_command(args: argparse.Namespace) -> int:
+    """Measures, prints the tables, and exits with 1 when any output differed from greedy."""
+    from hf_jacobi.bench import overhead
+    from hf_jacobi.bench.report import machine_description
+    from hf_jacobi.decoding.generate import enable_jacobi
+    from hf_jacobi.loading import EMBEDDED, load_model
+
+    try:
+        prompts = humaneval_prompts(args.prompts)
+    except MissingDataError as error:
+        raise CliError(str(error)) from None
+    model, tokenizer = load_model(EMBEDDED, dtype="float32")
+    enable_jacobi(model)
+    run = overhead.run_overhead(
+        model,
+        tokenizer,
+        prompts,
+        args.variants,
+        args.block_sizes,
+        args.max_new_tokens,
+        args.repeats,
+        args.forward_costs,
+    )
+    print(
+        f"SmolLM2-135M-Instruct (embedded, float32, sdpa), {machine_description(model.device)}; HumanEval prompts "
+        f"0-{args.prompts - 1}, max_new_tokens={args.max_new_tokens}, batch 1, prefill included in tok/s; variants: "
+        + "; ".join(f"{v} = {VARIANTS[v] or 'block only'}" for v in args.variants)
+    )
+    print(overhead.markdown_table(run.rows))
+    if run.curve:
+        print(f"\nForward cost against tokens in the forward (cache of {run.context_tokens} tokens):\n")
+        print(overhead.cost_curve_table(run.curve))
+    if args.json:
+        args.json.write_text(json.dumps(run.to_json(), indent=2))
+    return 0 if all(row["all_identical"] for row in run.rows) else 1
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "overhead", help="tokens per forward and the loop's overhead per Jacobi variant (embedded model, HumanEval)"
+    )
+    parser.add_argument("--prompts", type=positive_int, default=8, help="HumanEval problems to run (the first N)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128)
+    parser.add_argument("--block-sizes", type=positive_int, nargs="+", default=[16])
+    parser.add_argument(
+        "--variants", nargs="+", choices=list(VARIANTS), default=["plain"], help="Jacobi variants to measure"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed repeats of the bare forward")
+    parser.add_argument(
+        "--forward-costs",
+        type=positive_int,
+        nargs="*",
+        default=[],
+        metavar="TOKENS",
+        help="also time bare forwards of these widths against a one-token forward (the cost curve)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write per-prompt results and the summary here")
+    parser.set_defaults(handler=run_overhead_command)

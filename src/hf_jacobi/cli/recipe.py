@@ -1,0 +1,34 @@
+"""`hf-jacobi collect`, `train` and `evaluate`: the recipe steps, whose flags come from dataclasses and YAML recipes.
+
+Their flags are parsed by TRL's parser (`--config recipe.yaml` plus any field of the step's dataclasses), not by
+argparse, so `main` hands them the raw arguments; they are registered here only so that `hf-jacobi --help` lists them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..models import ModelNotAvailableError
+
+STEPS = {
+    "collect": "record Jacobi trajectories over a prompt set (hf-jacobi collect --help)",
+    "train": "Jacobi Forcing training from a YAML recipe (hf-jacobi train --help)",
+    "evaluate": "tokens per forward before and after training (hf-jacobi evaluate --help)",
+}
+
+
+def run_step(step: str, argv: list[str]) -> int:
+    """Runs one step on its own arguments; a setting it refuses is reported in one line with exit code 1."""
+    from ..training import scripts  # trl, datasets and peft are imported only when a step runs
+
+    handler = {"collect": scripts.run_collect, "train": scripts.run_train, "evaluate": scripts.run_evaluate}[step]
+    try:
+        return handler(argv)
+    except (ValueError, FileNotFoundError, ModelNotAvailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def add_parser(commands) -> None:
+    for step, summary in STEPS.items():
+        commands.add_parser(step, help=summary)

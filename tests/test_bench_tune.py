@@ -1,0 +1,104 @@
+"""tune's choice on synthetic cost curves, and end to end on a tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_jacobi import enable_jacobi
+from hf_jacobi.bench.roofline import interpolate_cost, roofline_knee
+from hf_jacobi.bench.tune import (
+    Acceptance,
+    Candidate,
+    candidate_grid,
+    choose,
+    predict,
+    tune,
+    write_generation_config,
+)
+from hf_jacobi.decoding.config import JacobiConfig
+from tiny_models import tiny_model, tiny_tokenizer
+
+
+def acceptance(block: int, tpf: float, width: float, blocks: int = 1, pool: int = 0) -> Acceptance:
+    return Acceptance(
+        Candidate(block, blocks, pool), new_tokens=round(tpf * 100), forwards=100, forward_tokens=round(width * 100)
+    )
+
+
+ACCEPTANCES = [
+    acceptance(2, 1.3, 2),
+    acceptance(8, 2.0, 8),
+    acceptance(16, 2.6, 16),
+    acceptance(32, 3.2, 32),
+    acceptance(64, 3.6, 64),
+    acceptance(64, 3.9, 128, blocks=2),
+    acceptance(64, 4.2, 320, blocks=2, pool=4),
+]
+GPU_CURVE = {1: 10.0, 8: 10.1, 32: 10.4, 64: 10.8, 128: 11.5, 256: 16.0, 512: 30.0}  # flat to a knee at ~128
+CPU_CURVE = {1: 10.0, 2: 14.0, 8: 38.0, 32: 110.0, 128: 400.0}  # compute-bound: every token costs
+
+
+def test_interpolation_and_knee():
+    assert interpolate_cost(CPU_CURVE, 1) == 10.0 and interpolate_cost(CPU_CURVE, 5) == pytest.approx(26.0)
+    assert interpolate_cost(CPU_CURVE, 256) == pytest.approx(400 + 290 / 96 * 128)
+    assert roofline_knee(GPU_CURVE) == 128 and roofline_knee(CPU_CURVE) == 2
+
+
+def test_on_a_gpu_like_curve_tune_lands_at_the_roofline_knee():
+    predictions = predict(GPU_CURVE, ACCEPTANCES, loop_overhead_s=0.5)
+    best = predictions[0]
+    assert best.candidate == Candidate(64, 2, 0) and best.mean_width == 128  # the widest forward before the knee
+    timings = {
+        None: 100.0,
+        **{p.candidate: 100.0 / (p.tokens_per_s / predictions[-1].tokens_per_s) for p in predictions},
+    }
+    choice, speedup, verified = choose(predictions, lambda c: timings.get(c, 100.0))
+    assert choice == Candidate(64, 2, 0) and speedup > 3 and len(verified) == 2
+
+
+def test_on_a_cpu_like_curve_tune_keeps_greedy_without_timing_anything():
+    predictions = predict(CPU_CURVE, ACCEPTANCES)
+    assert predictions[0].candidate is None  # nothing beats one token per 10 units here
+
+    def measure(candidate):
+        raise AssertionError("nothing predicted faster than greedy should be timed")
+
+    assert choose(predictions, measure) == (None, None, [])
+
+
+def test_tune_never_picks_a_setting_measured_slower_than_greedy():
+    predictions = predict(GPU_CURVE, ACCEPTANCES)
+    measured = {None: 10.0}  # every candidate turns out slower or within the noise margin
+    choice, speedup, verified = choose(predictions, lambda c: measured.get(c, 10.2), margin=0.03)
+    assert choice is None and speedup is None and all(v["speedup"] < 1 for v in verified)
+
+
+def test_tune_end_to_end_on_a_tiny_model_writes_a_generation_config(tmp_path):
+    model = enable_jacobi(tiny_model("gemma", 0))
+    tokenizer = tiny_tokenizer()
+    prompts = [dict(tokenizer(f"t{5 + i} t9 t{12 + i} t40", return_tensors="pt")) for i in range(2)]
+    grid = candidate_grid([2, 4], [1], [0, 2])
+    result = tune(model, prompts, grid, max_new_tokens=12, widths=(1, 4, 8), repeats=1, progress=False)
+    assert set(result.curve) == {1, 4, 8} and all(c > 0 for c in result.curve.values())
+    assert {a.candidate for a in result.acceptances} == set(grid)
+    assert all(a.tokens_per_forward >= 1.0 and a.mean_width >= a.candidate.block_size for a in result.acceptances)
+    report_json = json.loads(json.dumps(result.report()))
+    assert report_json["choice"]["decoding"] in ("greedy", "jacobi")
+    config = write_generation_config(model.generation_config.__class__(jacobi_num_blocks=3), Candidate(8, 2, 4))
+    assert (config.decoding, config.jacobi_block_size, config.jacobi_num_blocks, config.jacobi_ngram_pool_size) == (
+        "jacobi",
+        8,
+        2,
+        4,
+    )
+    assert JacobiConfig.from_generation_config(config) == Candidate(8, 2, 4).config and not config._from_model_config
+    greedy = write_generation_config(config, None)
+    assert greedy.decoding == "greedy" and not hasattr(greedy, "jacobi_block_size")
+
+
+def test_candidates_name_bad_settings_before_measuring():
+    with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1, got 0"):
+        candidate_grid([0, 4], [1], [0])
+    assert str(Candidate(16, 2, 4)) == "n=16 K=2 pool=4" and Candidate(16, 2, 4).config.num_blocks == 2

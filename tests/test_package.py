@@ -1,0 +1,44 @@
+"""The package's public surface: every exported name resolves, and importing it stays cheap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import hf_jacobi
+
+
+def _fresh_python(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_is_lazy_and_fast():
+    """`import hf_jacobi` imports no heavy dependency; decoding names do not pull in the training stack."""
+    result = _fresh_python(
+        "import json, sys, time\n"
+        "t = time.perf_counter(); import hf_jacobi; elapsed = time.perf_counter() - t\n"
+        "bare = sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'datasets') if m in sys.modules)\n"
+        "from hf_jacobi import JacobiConfig, enable_jacobi, load_default_model\n"
+        "decoding = sorted(m for m in ('trl', 'peft', 'datasets') if m in sys.modules)\n"
+        "print(json.dumps({'elapsed': elapsed, 'bare': bare, 'decoding': decoding}))"
+    )
+    assert result["bare"] == [], f"import hf_jacobi imported {result['bare']}"
+    assert result["decoding"] == [], f"decoding names imported the training stack: {result['decoding']}"
+    assert result["elapsed"] < 1.5
+
+
+def test_every_exported_name_resolves():
+    for name in hf_jacobi.__all__:
+        assert getattr(hf_jacobi, name) is not None, name
+    assert set(dir(hf_jacobi)) >= set(hf_jacobi.__all__)
+
+
+def test_unknown_name_is_an_attribute_error():
+    try:
+        hf_jacobi.not_a_name  # noqa: B018
+    except AttributeError as error:
+        assert "not_a_name" in str(error)
+    else:
+        raise AssertionError("expected AttributeError")
