@@ -42,3 +42,36 @@ def test_unknown_name_is_an_attribute_error():
         assert "not_a_name" in str(error)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_only_the_config_spells_jacobi_setting_names():
+    """Settings travel as JacobiConfig: no module but decoding/config.py builds or parses `jacobi_*` names.
+
+    Docstrings may mention them; string literals and f-string parts in code may not.
+    """
+    import ast
+    from pathlib import Path
+
+    from hf_jacobi.decoding.config import JacobiConfig
+
+    names = set(JacobiConfig.setting_names())
+    root = Path(hf_jacobi.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "decoding" / "config.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                text = node.value
+                if text in names or text == "jacobi_" or any(f"{name}=" in text for name in names):
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
+    assert not offenders, "jacobi_* names spelled outside decoding/config.py:\n" + "\n".join(offenders)
