@@ -20,7 +20,8 @@ from pathlib import Path
 
 import datasets
 
-from .prompts import _stdlib_function_prompt, humaneval_entry_points
+from .decontamination import find_overlaps
+from .prompts import STDLIB_INSTRUCTION, _stdlib_function_prompt, humaneval_entry_points, rows_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,11 @@ STDLIB_TOP = (
 SKIP_PARTS = ("test", "tests", "testing", "_vendor", "vendored", "conftest", "__main__", "setup", "benchmarks")
 MAX_DOCSTRING_CHARS = 1200
 MAX_MODULES_PER_PACKAGE = 400
+PROMPT_SET = Path(__file__).parent / "prompt_sets" / "packages.parquet"
+"""The snapshot `write_prompt_file` wrote on the machine that collected the shipped trajectories."""
+HELD_OUT = 256
+"""The snapshot's first prompts are kept out of training; the `test` split is drawn from them."""
+INSTRUCTION_LINE = STDLIB_INSTRUCTION
 
 
 def _modules(package: str) -> list[str]:
@@ -117,13 +123,34 @@ def write_prompt_file(path: str | os.PathLike[str], *, seed: int = 0) -> Path:
 
 
 def package_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
-    """The package prompts as a dataset (walks the installed packages; prefer a snapshot file for collection)."""
+    """The package prompts as a dataset, walking what is installed here (for the shipped snapshot: `package_prompt_set`)."""
     rows = package_prompt_rows()
     random.Random(seed).shuffle(rows)
-    rows = rows[:limit] if limit is not None else rows
-    return datasets.Dataset.from_dict(
-        {
-            "prompt_id": [prompt_id for prompt_id, _ in rows],
-            "messages": [[{"role": "user", "content": text}] for _, text in rows],
-        }
-    )
+    return rows_dataset(rows[:limit] if limit is not None else rows)
+
+
+def package_prompt_set(split: str = "train", limit: int | None = None) -> datasets.Dataset:
+    """The shipped snapshot, in its shuffled order: `train` is every row after the first HELD_OUT; `test` those of the
+    first HELD_OUT rows that share no word 13-gram with any train prompt (sibling functions often share docstring
+    passages, which would flatter held-out figures); `all` every row."""
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"the packages prompt set has splits ['all', 'test', 'train'], got split={split!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+    table = datasets.Dataset.from_parquet(str(PROMPT_SET))
+    if split == "all":
+        rows = list(range(len(table)))
+    elif split == "train":
+        rows = list(range(HELD_OUT, len(table)))
+    else:
+        rows = _clean_held_out_rows(table)
+    return table.select(rows[:limit] if limit is not None else rows)
+
+
+def _clean_held_out_rows(table: datasets.Dataset) -> list[int]:
+    """Indices of the held-out rows that share no 13-gram with the train rows (the instruction line aside)."""
+    texts = [turns[0]["content"].replace(INSTRUCTION_LINE, "") for turns in table["messages"]]
+    train = {str(i): text for i, text in enumerate(texts) if i >= HELD_OUT}
+    held_out = {str(i): text for i, text in enumerate(texts[:HELD_OUT])}
+    leaking = {int(overlap.candidate) for overlap in find_overlaps(held_out, train)}
+    return [i for i in range(min(HELD_OUT, len(table))) if i not in leaking]

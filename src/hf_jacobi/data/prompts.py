@@ -17,6 +17,7 @@ import re
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,11 @@ def stdlib_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
     _check_limit(limit)
     rows = _stdlib_rows()
     random.Random(seed).shuffle(rows)
-    rows = rows[:limit] if limit is not None else rows
+    return rows_dataset(rows[:limit] if limit is not None else rows)
+
+
+def rows_dataset(rows: list[tuple[str, str]]) -> datasets.Dataset:
+    """(prompt_id, text) pairs as a prompt dataset: one user turn each."""
     return datasets.Dataset.from_dict(
         {
             "prompt_id": [prompt_id for prompt_id, _ in rows],
@@ -285,26 +290,78 @@ def _load_local(source: str) -> datasets.Dataset:
         raise ValueError(f"could not read {source!r} as {builder} rows (is it empty?): {error}") from error
 
 
+@dataclass(frozen=True)
+class PromptSource:
+    """A named prompt source: `load(split, limit, seed)` returns `prompt_id` / `messages` rows."""
+
+    name: str
+    description: str
+    load: Callable[[str, int | None, int], datasets.Dataset]
+
+
+PROMPT_SOURCES: dict[str, PromptSource] = {}
+"""The named sources `load_prompts` (and `hf-jacobi collect --prompts NAME`) accepts; add one with
+`register_prompt_source`."""
+
+
+def register_prompt_source(name: str, load: Callable[[str, int | None, int], datasets.Dataset], description: str):
+    """Makes `load_prompts(name, split=, limit=, seed=)` call `load(split, limit, seed)`."""
+    if not name or "/" in name or Path(name).suffix:
+        raise ValueError(f"a prompt source name must be a plain word (no '/', no file suffix), got {name!r}")
+    PROMPT_SOURCES[name] = PromptSource(name, description, load)
+
+
+def _package_prompt_set(split: str, limit: int | None, seed: int) -> datasets.Dataset:
+    from .package_prompts import package_prompt_set
+
+    return package_prompt_set(split, limit)
+
+
+register_prompt_source(
+    "stdlib", lambda split, limit, seed: stdlib_prompts(limit, seed), "~340 prompts from stdlib functions (offline)"
+)
+register_prompt_source(
+    "packages",
+    _package_prompt_set,
+    "3,656 prompts from documented functions of installed packages, shipped snapshot; splits train / test (offline)",
+)
+register_prompt_source(
+    "opencodeinstruct",
+    lambda split, limit, seed: from_opencodeinstruct(
+        datasets.load_dataset(PAPER_SOURCES["opencodeinstruct"], split=split), limit
+    ),
+    "nvidia/OpenCodeInstruct rows whose tests pass (the paper's code data; needs the Hub)",
+)
+register_prompt_source(
+    "openthoughts2",
+    lambda split, limit, seed: from_openthoughts(
+        datasets.load_dataset(PAPER_SOURCES["openthoughts2"], split=split), limit
+    ),
+    "open-thoughts/OpenThoughts2-1M first human turns (the paper's math data; needs the Hub)",
+)
+
+
 def load_prompts(
     source: str, *, split: str = "train", limit: int | None = None, column: str | None = None, seed: int = 0
 ) -> datasets.Dataset:
     """Prompts (`prompt_id`, `messages` with no assistant answer) from a named source, a local file, or the hub.
 
-    `source` is "stdlib" (offline, see `stdlib_prompts`; `seed` shuffles it), "opencodeinstruct" or "openthoughts2"
-    (the paper's training sets), a .json/.jsonl/.parquet file or a directory of them, or any other hub data set id.
-    For local files and other hub sets the prompt column is `column`, else the first of PROMPT_COLUMNS present;
-    prompt ids come from an `id`/`prompt_id` column, else "<file stem or source>/<row index>". `split` applies to
-    hub data sets only; `limit` keeps the first `limit` prompts after conversion.
+    `source` is a name of `PROMPT_SOURCES` ("stdlib", "packages", "opencodeinstruct", "openthoughts2", or one you
+    registered), a .json/.jsonl/.parquet file or a directory of them, or any other hub data set id. For local files
+    and other hub sets the prompt column is `column`, else the first of PROMPT_COLUMNS present; prompt ids come from an
+    `id`/`prompt_id` column, else "<file stem or source>/<row index>". `split` applies to named sources that have
+    splits and to hub data sets; `limit` keeps the first `limit` prompts after conversion.
     """
     _check_limit(limit)
-    if source == "stdlib":
-        return stdlib_prompts(limit, seed)
-    if source == "opencodeinstruct":
-        return from_opencodeinstruct(datasets.load_dataset(PAPER_SOURCES[source], split=split), limit)
-    if source == "openthoughts2":
-        return from_openthoughts(datasets.load_dataset(PAPER_SOURCES[source], split=split), limit)
+    if source in PROMPT_SOURCES:
+        return PROMPT_SOURCES[source].load(split, limit, seed)
     if _is_local(source):
         dataset, name = _load_local(source), Path(source).expanduser().stem
+    elif "/" not in source:
+        raise ValueError(
+            f"unknown prompt source {source!r}; named sources: {sorted(PROMPT_SOURCES)}, or a local "
+            f"{'/'.join(LOCAL_BUILDERS)} file, or a Hub dataset id such as 'namespace/name'"
+        )
     else:
         dataset, name = datasets.load_dataset(source, split=split), source
     if len(dataset) == 0:
