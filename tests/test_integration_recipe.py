@@ -32,7 +32,12 @@ def test_cpu_recipe_runs_end_to_end(embedded_model, tmp_path):
                  "--num_prompts", "1", "--max_new_tokens", "16", "--output_file", str(report)]) == 0  # fmt: skip
     results = json.loads(report.read_text())
     for model in ("base", "trained"):
-        assert results[model]["identical_to_greedy"] and results[model]["tokens_per_forward"] >= 1
+        figures = results[model]
+        assert [s["name"] for s in figures["settings"]] == ["plain", "both"]
+        assert all(s["identical_to_greedy"] and s["tokens_per_forward"] >= 1 for s in figures["settings"])
+        assert 0 < figures["distinct_3grams"] <= 1 and figures["reference_nll"] > 0
+    # the base model scores its own greedy answers better than any other model does (a fine-tuned one drifts)
+    assert results["base"]["reference_nll"] <= results["trained"]["reference_nll"]
 
 
 def test_recipe_steps_report_bad_settings(capsys, tmp_path):

@@ -16,6 +16,10 @@ from pathlib import Path
 HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
 
 
+CHAT_INSTRUCTION = "Complete the following Python function. Answer with the whole function in a ```python code block."
+"""How an instruct model is asked for a HumanEval solution as a chat turn (the bench's --chat and held-out figures)."""
+
+
 class MissingDataError(RuntimeError):
     """Evaluation data that a package should ship is not installed."""
 
@@ -61,3 +65,8 @@ def load_humaneval(limit: int | None = None) -> list[HumanEvalProblem]:
 def humaneval_prompts(count: int) -> list[tuple[str, str]]:
     """(task_id, prompt) of the first `count` problems (fewer if it has fewer), for runs that only decode."""
     return [(problem.task_id, problem.prompt) for problem in load_humaneval(count)]
+
+
+def chat_prompt(problem: HumanEvalProblem) -> str:
+    """The user turn that asks an instruct model for a problem's solution."""
+    return f"{CHAT_INSTRUCTION}\n\n```python\n{problem.prompt}```"

@@ -24,7 +24,7 @@ from typing import Any
 import datasets
 
 from ..loading import encode_chat
-from .humaneval import MissingDataError, load_humaneval
+from .humaneval import MissingDataError, chat_prompt, load_humaneval
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +297,8 @@ class PromptSource:
     name: str
     description: str
     load: Callable[[str, int | None, int], datasets.Dataset]
+    evaluation_only: bool = False
+    """An evaluation set: measuring on it is fine, collecting training trajectories from it is refused."""
 
 
 PROMPT_SOURCES: dict[str, PromptSource] = {}
@@ -304,11 +306,22 @@ PROMPT_SOURCES: dict[str, PromptSource] = {}
 `register_prompt_source`."""
 
 
-def register_prompt_source(name: str, load: Callable[[str, int | None, int], datasets.Dataset], description: str):
+def register_prompt_source(
+    name: str,
+    load: Callable[[str, int | None, int], datasets.Dataset],
+    description: str,
+    *,
+    evaluation_only: bool = False,
+) -> None:
     """Makes `load_prompts(name, split=, limit=, seed=)` call `load(split, limit, seed)`."""
     if not name or "/" in name or Path(name).suffix:
         raise ValueError(f"a prompt source name must be a plain word (no '/', no file suffix), got {name!r}")
-    PROMPT_SOURCES[name] = PromptSource(name, description, load)
+    PROMPT_SOURCES[name] = PromptSource(name, description, load, evaluation_only)
+
+
+def _humaneval_prompts(split: str, limit: int | None, seed: int) -> datasets.Dataset:
+    problems = load_humaneval(limit)
+    return rows_dataset([(problem.task_id, chat_prompt(problem)) for problem in problems])
 
 
 def _package_prompt_set(split: str, limit: int | None, seed: int) -> datasets.Dataset:
@@ -324,6 +337,12 @@ register_prompt_source(
     "packages",
     _package_prompt_set,
     "3,656 prompts from documented functions of installed packages, shipped snapshot; splits train / test (offline)",
+)
+register_prompt_source(
+    "humaneval",
+    _humaneval_prompts,
+    "HumanEval's 164 problems as chat turns (as `hf-jacobi bench --chat` asks them); evaluation only",
+    evaluation_only=True,
 )
 register_prompt_source(
     "opencodeinstruct",

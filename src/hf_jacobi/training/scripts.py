@@ -17,13 +17,10 @@ from pathlib import Path
 import datasets
 import torch
 from accelerate import PartialState
-from tqdm.auto import tqdm
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import encode_prompts, load_prompts
-from ..decoding.config import JacobiConfig
-from ..decoding.generate import enable_jacobi
 from ..loading import load_model
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
@@ -82,8 +79,13 @@ class EvaluateArguments(PromptArguments):
         default=None, metadata={"help": "A LoRA adapter folder to evaluate on top of the model."}
     )
     trained_model: str | None = field(default=None, metadata={"help": "A fully fine-tuned checkpoint to compare."})
-    block_size: int = field(default=16, metadata={"help": "Jacobi block size for plain Jacobi decoding."})
+    block_size: int = field(default=16, metadata={"help": "Jacobi block size n of every measured setting."})
+    settings: list[str] = field(
+        default_factory=lambda: ["plain", "both"],
+        metadata={"help": "Jacobi variants to measure: plain, recycling, multi-block, both (as in hf-jacobi bench)."},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "Tokens to generate per prompt."})
+    batch_size: int = field(default=8, metadata={"help": "Prompts decoded together (left-padded)."})
     output_file: str | None = field(default=None, metadata={"help": "Write the results as JSON here."})
 
 
@@ -154,47 +156,25 @@ def run_train(argv: list[str]) -> int:
     return 0
 
 
-@torch.inference_mode()
-def measure_tokens_per_forward(
-    model, tokenizer, prompts: datasets.Dataset, jacobi: JacobiConfig, max_new_tokens: int, chat: bool
-) -> dict:
-    """Jacobi decoding with `jacobi` over each prompt, one at a time; also checks every output equals greedy."""
-    model = enable_jacobi(model)
-    tokens = forwards = 0
-    identical = True
-    for ids in tqdm(encode_prompts(prompts, tokenizer, chat=chat), desc="evaluate", leave=False):
-        input_ids = torch.tensor([ids], device=model.device)
-        out = model.generate(
-            input_ids,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            return_dict_in_generate=True,
-            **jacobi.to_generate_kwargs(),
-        )
-        greedy = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
-        identical &= torch.equal(out.sequences, greedy)
-        tokens += out.sequences.shape[1] - input_ids.shape[1]
-        forwards += int(out.forward_passes[0])
-    # counted as everywhere in the project: new tokens over decoding forwards (the prefill's forward not counted)
-    return {
-        "prompts": len(prompts),
-        "new_tokens": tokens,
-        "forwards": forwards,
-        "tokens_per_forward": tokens / max(forwards, 1),
-        "identical_to_greedy": identical,
-    }
-
-
 def run_evaluate(argv: list[str]) -> int:
+    """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
+    greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
+    from ..bench.common import VARIANTS, variant_config
+    from .evaluation import evaluate_model
+
     parser = TrlParser((EvaluateArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
+    unknown = sorted(set(args.settings) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
     prompts = args.load()
     model, tokenizer = load_model_and_tokenizer(model_args)
-    plain_jacobi = JacobiConfig(block_size=args.block_size)  # one block, no recycling: what training improves
-    results = {"model": model_args.model_name_or_path, "block_size": args.block_size, "prompts": args.prompts}
-    results["base"] = measure_tokens_per_forward(
-        model, tokenizer, prompts, plain_jacobi, args.max_new_tokens, args.chat_template
-    )
+    prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
+    settings = {name: variant_config(name, args.block_size) for name in args.settings}
+    measure = {"max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
+    base, base_answers = evaluate_model(model, prompt_ids, settings, **measure)
+    results = {"model": model_args.model_name_or_path, "prompts": args.prompts, "split": args.prompt_split}
+    results["base"] = base.to_dict()
     trained = None
     if args.adapter:
         from peft import PeftModel
@@ -205,12 +185,11 @@ def run_evaluate(argv: list[str]) -> int:
             ModelConfig(model_name_or_path=args.trained_model, dtype=model_args.dtype)
         )
     if trained is not None:
-        results["trained"] = measure_tokens_per_forward(
-            trained, tokenizer, prompts, plain_jacobi, args.max_new_tokens, args.chat_template
-        )
+        figures, _ = evaluate_model(trained, prompt_ids, settings, reference_answers=base_answers, **measure)
+        results["trained"] = figures.to_dict()
     print(json.dumps(results, indent=2))
     if args.output_file:
         os.makedirs(Path(args.output_file).parent, exist_ok=True)
         Path(args.output_file).write_text(json.dumps({**results, "settings": asdict(args)}, indent=2))
-    ok = all(results[k]["identical_to_greedy"] for k in ("base", "trained") if k in results)
+    ok = all(s["identical_to_greedy"] for k in ("base", "trained") if k in results for s in results[k]["settings"])
     return 0 if ok else 1

@@ -1,0 +1,146 @@
+"""Held-out figures of a model before and after Jacobi Forcing: tokens per forward, and the quality beside it.
+
+Training for fewer forwards has a cheap failure mode: a model that degenerates into repetitive text is easy to predict
+and scores a high tokens per forward for free. So every figure comes with two quality measures, both on the same
+prompts: how well the model still predicts the base model's own greedy answers (NLL per token; the base model scores
+its own answers lowest), and how varied its greedy answers are (distinct word 3-grams). Jacobi outputs are checked
+token for token against greedy decoding of the same model, batch by batch, as everywhere in the project.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from ..bench.common import generated_tokens
+from ..decoding.config import JacobiConfig
+from ..decoding.generate import enable_jacobi
+from ..loading import eos_token_ids, left_padded
+
+
+@dataclass
+class SettingFigures:
+    """One Jacobi setting on the prompt set. Tokens per forward counts decoding forwards (the prefill excluded) and
+    each row's tokens up to its EOS, never the padding of a batch."""
+
+    name: str
+    settings: dict
+    new_tokens: int
+    forwards: int
+    identical_to_greedy: bool
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.new_tokens / max(self.forwards, 1)
+
+
+@dataclass
+class ModelFigures:
+    """Everything measured on one model. `reference_nll` scores the reference answers (the base model's greedy answers
+    when comparing a trained model, else the model's own)."""
+
+    prompts: int
+    greedy_new_tokens: int
+    distinct_3grams: float
+    reference_nll: float
+    settings: list[SettingFigures]
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for entry, setting in zip(data["settings"], self.settings, strict=True):
+            entry["tokens_per_forward"] = setting.tokens_per_forward
+        return data
+
+
+def _batches(prompts: list[list[int]], size: int):
+    for start in range(0, len(prompts), size):
+        yield prompts[start : start + size]
+
+
+@torch.inference_mode()
+def greedy_answers(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[list[int]]:
+    """Each prompt's greedy answer, up to and including its EOS."""
+    pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
+    answers: list[list[int]] = []
+    for batch in tqdm(list(_batches(prompts, batch_size)), desc="greedy", leave=False):
+        inputs = left_padded(batch, pad_id, model.device)
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        width = inputs["input_ids"].shape[1]
+        answers.extend(generated_tokens(row, eos_ids, pad_id) for row in out[:, width:])
+    return answers
+
+
+@torch.inference_mode()
+def measure_setting(
+    model, name: str, config: JacobiConfig, prompts: list[list[int]], max_new_tokens: int, batch_size: int
+) -> SettingFigures:
+    """Jacobi decoding with `config` over the prompts in batches, each batch checked against greedy's."""
+    model = enable_jacobi(model)
+    pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
+    tokens = forwards = 0
+    identical = True
+    for batch in tqdm(list(_batches(prompts, batch_size)), desc=name, leave=False):
+        inputs = left_padded(batch, pad_id, model.device)
+        common = {"max_new_tokens": max_new_tokens, "do_sample": False}
+        out = model.generate(**inputs, **common, return_dict_in_generate=True, **config.to_generate_kwargs())
+        greedy = model.generate(**inputs, **common)
+        identical &= out.sequences.shape == greedy.shape and torch.equal(out.sequences, greedy)
+        width = inputs["input_ids"].shape[1]
+        tokens += sum(len(generated_tokens(row, eos_ids, pad_id)) for row in out.sequences[:, width:])
+        forwards += int(out.forward_passes.sum())
+    return SettingFigures(name, config.to_dict(), tokens, forwards, identical)
+
+
+@torch.inference_mode()
+def answer_nll(model, prompts: list[list[int]], answers: list[list[int]], batch_size: int) -> float:
+    """Mean negative log-likelihood per answer token of `answers` given their prompts (right-padded batches)."""
+    total, count = 0.0, 0
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        rows = [p + a for p, a in zip(chunk, answers[start : start + batch_size], strict=True)]
+        starts = [len(p) for p in chunk]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for i, (row, begin) in enumerate(zip(rows, starts, strict=True)):
+            ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = 1
+            labels[i, begin : len(row)] = ids[i, begin : len(row)]
+        logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits.float()
+        targets = labels[:, 1:].to(model.device)
+        losses = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
+        )
+        total += float(losses)
+        count += int((targets != -100).sum())
+    return total / max(count, 1)
+
+
+def distinct_ngrams(answers: list[list[int]], n: int = 3) -> float:
+    """Distinct token n-grams over all n-grams of the answers: low when the model repeats itself."""
+    grams = [tuple(a[i : i + n]) for a in answers for i in range(len(a) - n + 1)]
+    return len(set(grams)) / max(len(grams), 1)
+
+
+def evaluate_model(
+    model,
+    prompts: list[list[int]],
+    settings: dict[str, JacobiConfig],
+    *,
+    max_new_tokens: int,
+    batch_size: int = 8,
+    reference_answers: list[list[int]] | None = None,
+) -> tuple[ModelFigures, list[list[int]]]:
+    """All figures of one model, and its greedy answers (the reference for the next model measured)."""
+    model.eval()
+    answers = greedy_answers(model, prompts, max_new_tokens, batch_size)
+    figures = [
+        measure_setting(model, name, config, prompts, max_new_tokens, batch_size) for name, config in settings.items()
+    ]
+    reference = answers if reference_answers is None else reference_answers
+    nll = answer_nll(model, prompts, reference, batch_size)
+    summary = ModelFigures(len(prompts), sum(len(a) for a in answers), distinct_ngrams(answers), nll, figures)
+    return summary, answers

@@ -1,0 +1,50 @@
+"""Held-out figures: tokens per forward counted without padding, quality measures that can tell models apart."""
+
+from __future__ import annotations
+
+import torch
+
+from hf_jacobi.decoding.config import JacobiConfig
+from hf_jacobi.training.evaluation import answer_nll, distinct_ngrams, evaluate_model, greedy_answers
+from tiny_models import EOS, tiny_model
+
+PROMPTS = [[5, 9, 14, 3, 77], [8, 40], [100, 101, 102, 103, 104, 105, 106]]
+
+
+def test_distinct_ngrams_drops_for_repetition():
+    assert distinct_ngrams([[1, 2, 3, 4, 5, 6]]) == 1.0
+    assert distinct_ngrams([[1, 2, 1, 2, 1, 2, 1, 2]]) == 2 / 6
+    assert distinct_ngrams([[1, 2]]) == 0.0  # no 3-gram at all
+
+
+def test_answer_nll_is_the_mean_cross_entropy_of_the_answer_tokens_only():
+    model = tiny_model("llama", 0)
+    answers = [[11, 12, 13], [20], [30, 31]]
+    expected_total, count = 0.0, 0
+    for prompt, answer in zip(PROMPTS, answers, strict=True):
+        ids = torch.tensor([prompt + answer])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        expected_total += float(torch.nn.functional.cross_entropy(logits, torch.tensor(answer), reduction="sum"))
+        count += len(answer)
+    # batched with right padding, in batches of 2: the same value
+    assert abs(answer_nll(model, PROMPTS, answers, batch_size=2) - expected_total / count) < 1e-4
+
+
+def test_figures_count_real_tokens_and_compare_with_greedy():
+    model = tiny_model("qwen3", 0)
+    settings = {
+        "plain": JacobiConfig(block_size=4),
+        "both": JacobiConfig(block_size=4, num_blocks=2, ngram_pool_size=3),
+    }
+    figures, answers = evaluate_model(model, PROMPTS, settings, max_new_tokens=12, batch_size=2)
+    assert answers == greedy_answers(model, PROMPTS, 12, batch_size=1)  # batching changes nothing
+    assert all(len(a) <= 12 and (EOS not in a[:-1]) for a in answers)
+    assert figures.greedy_new_tokens == sum(len(a) for a in answers)
+    for setting in figures.settings:
+        assert setting.identical_to_greedy and setting.new_tokens == figures.greedy_new_tokens
+        assert setting.tokens_per_forward >= 1
+    # a model scores its own greedy answers better than another model's
+    other, _ = evaluate_model(tiny_model("qwen3", 1), PROMPTS, {}, max_new_tokens=12, reference_answers=answers)
+    assert other.reference_nll > figures.reference_nll
+    assert figures.to_dict()["settings"][0]["tokens_per_forward"] == figures.settings[0].tokens_per_forward
