@@ -47,3 +47,9 @@ def test_recipe_steps_report_bad_settings(capsys, tmp_path):
     assert main(["train", "--trajectories", str(tmp_path / "missing"), "--model_name_or_path", "embedded",
                  "--use_cpu", "true", "--output_dir", str(tmp_path / "o")]) == 1  # fmt: skip
     assert "no trajectory shards" in capsys.readouterr().err
+
+
+def test_collect_refuses_an_evaluation_set(capsys, tmp_path):
+    assert main(["collect", "--prompts", "humaneval", "--output_dir", str(tmp_path)]) == 1
+    assert "'humaneval' is an evaluation set" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -66,3 +66,22 @@ def test_qwen_rounds_follow_the_paper():
 def test_accelerate_configs_load(name):
     config = ClusterConfig.from_yaml_file(RECIPES / "accelerate_configs" / f"{name}.yaml")
     assert config.mixed_precision == "bf16"
+
+
+def test_steps_default_to_the_embedded_model(monkeypatch):
+    """Like `hf-jacobi generate`, collect / train / evaluate without --model_name_or_path use the embedded model."""
+    from hf_jacobi.training import scripts
+
+    seen = {}
+    monkeypatch.setattr(scripts, "load_model", lambda name, **kwargs: seen.setdefault("name", name))
+    scripts.load_model_and_tokenizer(ModelConfig())
+    assert seen["name"] == "embedded"
+
+
+def test_named_sources_in_recipes_exist():
+    from hf_jacobi.data.prompts import PROMPT_SOURCES
+
+    for path in recipe_files():
+        source = yaml.safe_load(path.read_text()).get("prompts")
+        if source is not None and "/" not in source and "." not in source:
+            assert source in PROMPT_SOURCES, f"{path}: unknown prompt source {source!r}"

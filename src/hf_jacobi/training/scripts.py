@@ -20,8 +20,8 @@ from accelerate import PartialState
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..data.collection import collect_trajectories, load_trajectories
-from ..data.prompts import encode_prompts, load_prompts
-from ..loading import load_model
+from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
+from ..loading import EMBEDDED, load_model
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
 
@@ -35,10 +35,11 @@ class PromptArguments:
     prompts: str = field(
         default="stdlib",
         metadata={
-            "help": "'stdlib', 'opencodeinstruct', 'openthoughts2', a hub dataset name or a local json/jsonl/parquet"
+            "help": "A named prompt source (hf_jacobi.data.prompts.PROMPT_SOURCES: stdlib, packages, humaneval, "
+            "opencodeinstruct, openthoughts2), a hub dataset name or a local json/jsonl/parquet"
         },
     )
-    prompt_split: str = field(default="train", metadata={"help": "Split of a hub dataset."})
+    prompt_split: str = field(default="train", metadata={"help": "Split of a named source or a hub dataset."})
     prompt_column: str | None = field(default=None, metadata={"help": "Column holding the prompt (default: guessed)."})
     skip_prompts: int = field(default=0, metadata={"help": "Prompts to skip first (e.g. to hold some out)."})
     num_prompts: int | None = field(default=None, metadata={"help": "Prompts to use after the skipped ones."})
@@ -90,9 +91,10 @@ class EvaluateArguments(PromptArguments):
 
 
 def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode: bool = True):
-    """The model a recipe names (`embedded` or a local folder / hub id) with the dtype and attention it asks for."""
+    """The model a recipe names (`embedded` or a local folder / hub id) with the dtype and attention it asks for;
+    without `--model_name_or_path`, the embedded model, as `hf-jacobi generate` does."""
     return load_model(
-        model_args.model_name_or_path,
+        model_args.model_name_or_path or EMBEDDED,
         dtype=model_args.dtype or "float32",
         device=device,
         attn_implementation=model_args.attn_implementation or "sdpa",
@@ -103,6 +105,12 @@ def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode:
 def run_collect(argv: list[str]) -> int:
     parser = TrlParser((CollectArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
+    source = PROMPT_SOURCES.get(args.prompts)
+    if source is not None and source.evaluation_only:
+        raise ValueError(
+            f"prompt source {args.prompts!r} is an evaluation set: collecting training trajectories from it would leak "
+            "it into the model; use a training source such as 'packages' or 'stdlib'"
+        )
     state = PartialState()
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
     with torch.inference_mode():
