@@ -72,6 +72,32 @@ class CollectArguments(PromptArguments):
 class TrainScriptArguments:
     trajectories: str = field(default="trajectories", metadata={"help": "Folder written by `hf-jacobi collect`."})
     eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
+    heldout_prompts: str | None = field(
+        default=None,
+        metadata={"help": "A prompt source to measure held-out tokens per forward on during training (off if unset)."},
+    )
+    heldout_split: str = field(default="test", metadata={"help": "Split of the held-out prompt source."})
+    heldout_num_prompts: int = field(default=16, metadata={"help": "Held-out prompts measured each time."})
+    heldout_every_steps: int = field(default=50, metadata={"help": "Optimizer steps between held-out measurements."})
+    heldout_max_new_tokens: int = field(default=64, metadata={"help": "Tokens generated per held-out prompt."})
+    heldout_block_size: int = field(default=16, metadata={"help": "Jacobi block size of the held-out settings."})
+    heldout_settings: list[str] = field(
+        default_factory=lambda: ["plain", "both"], metadata={"help": "Jacobi variants measured on held-out prompts."}
+    )
+
+    def callback(self, tokenizer):
+        """The held-out speed callback these settings ask for, or None."""
+        if self.heldout_prompts is None:
+            return None
+        from .heldout import HeldOutSpeedCallback
+
+        prompts = load_prompts(self.heldout_prompts, split=self.heldout_split, limit=self.heldout_num_prompts)
+        return HeldOutSpeedCallback(
+            encode_prompts(prompts, tokenizer),
+            _variants(self.heldout_settings, self.heldout_block_size),
+            every_steps=self.heldout_every_steps,
+            max_new_tokens=self.heldout_max_new_tokens,
+        )
 
 
 @dataclass
@@ -100,6 +126,16 @@ def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode:
         attn_implementation=model_args.attn_implementation or "sdpa",
         eval_mode=eval_mode,
     )
+
+
+def _variants(names: list[str], block_size: int) -> dict:
+    """name -> JacobiConfig of the benchmark's named variants (plain, recycling, multi-block, both)."""
+    from ..bench.common import VARIANTS, variant_config
+
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
+    return {name: variant_config(name, block_size) for name in names}
 
 
 def run_collect(argv: list[str]) -> int:
@@ -146,6 +182,7 @@ def run_train(argv: list[str]) -> int:
             raise ValueError(f"eval_fraction must be in (0, 1), got {script_args.eval_fraction}.")
         split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
         dataset, eval_dataset = split["train"], split["test"]
+    heldout = script_args.callback(tokenizer)
     trainer = JacobiForcingTrainer(
         model,
         args=training_args,
@@ -153,6 +190,7 @@ def run_train(argv: list[str]) -> int:
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        callbacks=[heldout] if heldout is not None else None,
     )
     checkpoint = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -167,18 +205,14 @@ def run_train(argv: list[str]) -> int:
 def run_evaluate(argv: list[str]) -> int:
     """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
     greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
-    from ..bench.common import VARIANTS, variant_config
     from .evaluation import evaluate_model
 
     parser = TrlParser((EvaluateArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
-    unknown = sorted(set(args.settings) - set(VARIANTS))
-    if unknown:
-        raise ValueError(f"settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
+    settings = _variants(args.settings, args.block_size)
     prompts = args.load()
     model, tokenizer = load_model_and_tokenizer(model_args)
     prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
-    settings = {name: variant_config(name, args.block_size) for name in args.settings}
     measure = {"max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
     base, base_answers = evaluate_model(model, prompt_ids, settings, **measure)
     results = {"model": model_args.model_name_or_path, "prompts": args.prompts, "split": args.prompt_split}
