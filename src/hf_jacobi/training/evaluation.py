@@ -60,33 +60,59 @@ def _batches(prompts: list[list[int]], size: int):
 
 
 @torch.inference_mode()
-def greedy_answers(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[list[int]]:
-    """Each prompt's greedy answer, up to and including its EOS."""
+def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[torch.Tensor]:
+    """Greedy decoding's output tensor for each batch of prompts (the reference Jacobi outputs must equal)."""
+    pad_id = model.generation_config.pad_token_id
+    return [
+        model.generate(**left_padded(batch, pad_id, model.device), max_new_tokens=max_new_tokens, do_sample=False)
+        for batch in tqdm(list(_batches(prompts, batch_size)), desc="greedy", leave=False)
+    ]
+
+
+def answers_of(model, prompts: list[list[int]], outputs: list[torch.Tensor], batch_size: int) -> list[list[int]]:
+    """Each prompt's generated tokens in `outputs`, up to and including its EOS, padding dropped."""
     pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
     answers: list[list[int]] = []
-    for batch in tqdm(list(_batches(prompts, batch_size)), desc="greedy", leave=False):
-        inputs = left_padded(batch, pad_id, model.device)
-        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-        width = inputs["input_ids"].shape[1]
+    for batch, out in zip(_batches(prompts, batch_size), outputs, strict=True):
+        width = max(len(p) for p in batch)
         answers.extend(generated_tokens(row, eos_ids, pad_id) for row in out[:, width:])
     return answers
 
 
+def greedy_answers(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[list[int]]:
+    """Each prompt's greedy answer, up to and including its EOS."""
+    return answers_of(model, prompts, greedy_outputs(model, prompts, max_new_tokens, batch_size), batch_size)
+
+
 @torch.inference_mode()
 def measure_setting(
-    model, name: str, config: JacobiConfig, prompts: list[list[int]], max_new_tokens: int, batch_size: int
+    model,
+    name: str,
+    config: JacobiConfig,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    batch_size: int,
+    greedy: list[torch.Tensor] | None = None,
 ) -> SettingFigures:
-    """Jacobi decoding with `config` over the prompts in batches, each batch checked against greedy's."""
+    """Jacobi decoding with `config` over the prompts in batches, each batch checked against greedy's output
+    (`greedy`, from `greedy_outputs` with the same batching, is computed here when not given)."""
     model = enable_jacobi(model)
+    if greedy is None:
+        greedy = greedy_outputs(model, prompts, max_new_tokens, batch_size)
     pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
     tokens = forwards = 0
     identical = True
-    for batch in tqdm(list(_batches(prompts, batch_size)), desc=name, leave=False):
+    batches = list(_batches(prompts, batch_size))
+    for batch, reference in tqdm(list(zip(batches, greedy, strict=True)), desc=name, leave=False):
         inputs = left_padded(batch, pad_id, model.device)
-        common = {"max_new_tokens": max_new_tokens, "do_sample": False}
-        out = model.generate(**inputs, **common, return_dict_in_generate=True, **config.to_generate_kwargs())
-        greedy = model.generate(**inputs, **common)
-        identical &= out.sequences.shape == greedy.shape and torch.equal(out.sequences, greedy)
+        out = model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            return_dict_in_generate=True,
+            **config.to_generate_kwargs(),
+        )
+        identical &= out.sequences.shape == reference.shape and torch.equal(out.sequences, reference)
         width = inputs["input_ids"].shape[1]
         tokens += sum(len(generated_tokens(row, eos_ids, pad_id)) for row in out.sequences[:, width:])
         forwards += int(out.forward_passes.sum())
@@ -136,9 +162,11 @@ def evaluate_model(
 ) -> tuple[ModelFigures, list[list[int]]]:
     """All figures of one model, and its greedy answers (the reference for the next model measured)."""
     model.eval()
-    answers = greedy_answers(model, prompts, max_new_tokens, batch_size)
+    greedy = greedy_outputs(model, prompts, max_new_tokens, batch_size)
+    answers = answers_of(model, prompts, greedy, batch_size)
     figures = [
-        measure_setting(model, name, config, prompts, max_new_tokens, batch_size) for name, config in settings.items()
+        measure_setting(model, name, config, prompts, max_new_tokens, batch_size, greedy)
+        for name, config in settings.items()
     ]
     reference = answers if reference_answers is None else reference_answers
     nll = answer_nll(model, prompts, reference, batch_size)
