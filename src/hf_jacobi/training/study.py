@@ -1,0 +1,100 @@
+"""A training study's report: held-out tokens per forward against training tokens, and quality beside it, per run.
+
+Each run is a training output folder whose trainer_state.json holds the curve `HeldOutSpeedCallback` logged. The
+report is a Markdown table (first and last measurement of every figure) and a plot of tokens per forward against
+tokens seen, one line per run and setting, so that runs of different lengths and batch sizes compare on one axis.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .heldout import PREFIX, heldout_curve
+
+STATE_FILE = "trainer_state.json"
+TPF_SUFFIX = "_tokens_per_forward"
+
+
+@dataclass
+class RunCurve:
+    """One run's held-out measurements, in step order."""
+
+    name: str
+    entries: list[dict]
+
+    @property
+    def settings(self) -> list[str]:
+        keys = self.entries[0].keys() if self.entries else []
+        return [k[len(PREFIX) + 1 : -len(TPF_SUFFIX)] for k in keys if k.endswith(TPF_SUFFIX)]
+
+    def series(self, setting: str) -> tuple[list[int], list[float]]:
+        key = f"{PREFIX}/{setting}{TPF_SUFFIX}"
+        return [e.get("num_input_tokens_seen", 0) for e in self.entries], [e[key] for e in self.entries]
+
+
+def _state_file(folder: Path) -> Path:
+    """The run's trainer_state.json: in the folder itself, else in its latest checkpoint."""
+    if (folder / STATE_FILE).is_file():
+        return folder / STATE_FILE
+    checkpoints = sorted(folder.glob("checkpoint-*/" + STATE_FILE), key=lambda p: int(p.parent.name.split("-")[-1]))
+    if not checkpoints:
+        raise FileNotFoundError(f"{folder} holds no {STATE_FILE} (neither itself nor a checkpoint-* folder)")
+    return checkpoints[-1]
+
+
+def load_run(folder: str | Path, name: str | None = None) -> RunCurve:
+    """The held-out curve of a training run folder; refused when the run logged none."""
+    folder = Path(folder)
+    state = json.loads(_state_file(folder).read_text(encoding="utf-8"))
+    entries = heldout_curve(state.get("log_history", []))
+    if not entries:
+        raise ValueError(f"{folder} has no held-out measurements: train with --heldout_prompts to log them")
+    return RunCurve(name or folder.name, entries)
+
+
+def markdown_table(runs: list[RunCurve]) -> str:
+    """First -> last value of every held-out figure per run."""
+    settings = list(dict.fromkeys(s for run in runs for s in run.settings))
+    header = ["run", "steps", "tokens seen", *[f"{s} tokens/forward" for s in settings], "distinct 3-grams"]
+    header.append("NLL of base answers")
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for run in runs:
+        first, last = run.entries[0], run.entries[-1]
+
+        def change(key: str, spec: str = ".3f", first=first, last=last) -> str:
+            if key not in first or key not in last:
+                return "-"
+            return f"{format(first[key], spec)} -> {format(last[key], spec)}"
+
+        cells = [run.name, str(last["step"]), f"{last.get('num_input_tokens_seen', 0):,}"]
+        cells += [change(f"{PREFIX}/{s}{TPF_SUFFIX}") for s in settings]
+        cells += [change(f"{PREFIX}/distinct_3grams"), change(f"{PREFIX}/reference_nll")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(runs: list[RunCurve], path: str | Path, title: str = "held-out tokens per forward") -> Path:
+    """Tokens per forward against tokens seen, one line per run and setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    for run in runs:
+        for setting in run.settings:
+            tokens, tpf = run.series(setting)
+            axis.plot(tokens, tpf, marker="o", markersize=3, label=f"{run.name} ({setting})")
+    axis.set_xlabel("training tokens seen")
+    axis.set_ylabel("tokens per forward (held-out)")
+    axis.set_title(title)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

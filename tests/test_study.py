@@ -1,0 +1,48 @@
+"""The study report: runs' held-out curves read back from trainer_state.json, tabulated and plotted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_jacobi.training.study import load_run, markdown_table, plot
+
+
+def _write_run(folder, curve, in_checkpoint=False):
+    history = [{"step": 1, "loss": 3.0}]
+    for step, tokens, plain, both in curve:
+        history.append(
+            {
+                "step": step,
+                "num_input_tokens_seen": tokens,
+                "heldout/plain_tokens_per_forward": plain,
+                "heldout/both_tokens_per_forward": both,
+                "heldout/distinct_3grams": 0.8,
+                "heldout/reference_nll": 0.3 + step / 1000,
+            }
+        )
+    target = folder / "checkpoint-40" if in_checkpoint else folder
+    target.mkdir(parents=True)
+    (target / "trainer_state.json").write_text(json.dumps({"log_history": history[::-1]}))
+
+
+def test_runs_are_read_tabulated_and_plotted(tmp_path):
+    _write_run(tmp_path / "full", [(0, 0, 1.07, 1.80), (20, 5000, 1.15, 1.95), (40, 10000, 1.25, 2.1)])
+    _write_run(tmp_path / "lora", [(0, 0, 1.07, 1.80), (40, 10000, 1.10, 1.85)], in_checkpoint=True)
+    runs = [load_run(tmp_path / "full"), load_run(tmp_path / "lora", name="LoRA r16")]
+    assert [e["step"] for e in runs[0].entries] == [0, 20, 40]  # sorted, the loss entry left out
+    assert runs[0].settings == ["plain", "both"]
+    table = markdown_table(runs)
+    assert "| full | 40 | 10,000 | 1.070 -> 1.250 | 1.800 -> 2.100 | 0.800 -> 0.800 | 0.300 -> 0.340 |" in table
+    assert "| LoRA r16 | 40 |" in table
+    png = plot(runs, tmp_path / "out" / "curve.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_without_held_out_figures_is_refused(tmp_path):
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 2.0}]}))
+    with pytest.raises(ValueError, match="no held-out measurements: train with --heldout_prompts"):
+        load_run(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"holds no trainer_state\.json"):
+        load_run(tmp_path / "missing")
