@@ -85,3 +85,21 @@ def test_named_sources_in_recipes_exist():
         source = yaml.safe_load(path.read_text()).get("prompts")
         if source is not None and "/" not in source and "." not in source:
             assert source in PROMPT_SOURCES, f"{path}: unknown prompt source {source!r}"
+
+
+def test_resume_last_skips_a_checkpoint_killed_while_saving(tmp_path, caplog):
+    from hf_jacobi.training.scripts import resolve_checkpoint
+
+    for step, complete in ((3, True), (6, True), (9, False)):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        if complete:
+            (folder / "trainer_state.json").write_text("{}")
+    assert resolve_checkpoint(str(tmp_path), "last") == str(tmp_path / "checkpoint-6")
+    assert resolve_checkpoint(str(tmp_path), "true") == str(tmp_path / "checkpoint-6")
+    assert "checkpoint-9: it has no trainer_state.json" in caplog.text
+    assert resolve_checkpoint(str(tmp_path), None) is None
+    assert resolve_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-3")) == str(tmp_path / "checkpoint-3")
+    assert resolve_checkpoint(str(tmp_path / "empty"), "last") is None
+    with pytest.raises(ValueError, match="is not a folder"):
+        resolve_checkpoint(str(tmp_path), str(tmp_path / "nope"))

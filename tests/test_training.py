@@ -67,11 +67,11 @@ class FakeProcess:
 def test_processes_write_disjoint_shards_and_an_interrupted_run_resumes(tmp_path, monkeypatch):
     model, tokenizer, prompts = fresh_tiny_model("llama"), tiny_tokenizer(), tiny_prompts(7)
     settings = dict(block_size=4, max_new_tokens=8, batch_size=2, shard_size=2, progress=False)
-    # process 1 of 2 runs to the end; process 0 is "interrupted" after its first 2 prompts
+    # process 1 of 2 runs to the end; process 0 is "interrupted" after its first 2 prompts (0 and 2)
     monkeypatch.setattr(collection, "PartialState", lambda: FakeProcess(1, 2))
     collect_trajectories(model, tokenizer, prompts, tmp_path, **settings)
     monkeypatch.setattr(collection, "PartialState", lambda: FakeProcess(0, 2))
-    collect_trajectories(model, tokenizer, prompts.select([0, 2]), tmp_path, **settings)
+    collect_trajectories(model, tokenizer, prompts.select([0, 1, 2]), tmp_path, **settings)
     assert sorted(p.name for p in tmp_path.glob("*.parquet")) == [
         "trajectories-r000-00000.parquet",
         "trajectories-r001-00000.parquet",

@@ -20,6 +20,7 @@ _EXPORTS = {
     "load_model": ".loading",
     "JacobiForcingCollator": ".data.packing",
     "TrajectoryRecorder": ".data.trajectories",
+    "TrajectoryDataError": ".data.trajectory_schema",
     "collect_trajectories": ".data.collection",
     "load_trajectories": ".data.collection",
     "encode_prompts": ".data.prompts",
@@ -37,6 +38,7 @@ __all__ = [
     "JacobiForcingCollator",
     "JacobiForcingConfig",
     "JacobiForcingTrainer",
+    "TrajectoryDataError",
     "TrajectoryRecorder",
     "__version__",
     "collect_trajectories",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .data.packing import JacobiForcingCollator
     from .data.prompts import encode_prompts, load_prompts, stdlib_prompts
     from .data.trajectories import TrajectoryRecorder
+    from .data.trajectory_schema import TrajectoryDataError
     from .decoding.config import JacobiConfig
     from .decoding.generate import disable_jacobi, enable_jacobi
     from .decoding.outputs import JacobiDecoderOnlyOutput

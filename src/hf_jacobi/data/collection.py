@@ -2,50 +2,52 @@
 
 Trajectories come from `generate(decoding="jacobi")` itself, with a `TrajectoryRecorder` plugged into the loop, so
 training sees exactly the states the decoder users run produces. Output is a folder of parquet shards (a `datasets`
-dataset): each process writes its own shards, named by process rank, with an atomic rename, so that a crash never leaves
-half a shard and an interrupted run resumes by skipping the prompt ids already on disk. Under `accelerate launch` every
-process takes the prompts whose index modulo the number of processes is its rank.
+dataset, see `shards.py`): each process writes its own shards, named by process rank. Every finished batch is on disk
+as soon as it finishes: the shard being filled is rewritten atomically (temporary name, fsync, rename) with the new
+rows, and the next shard starts once it holds `shard_size` rows. So a kill loses at most the batch in flight, whatever
+the shard size, and running again on the folder resumes by skipping the prompt ids on disk, after removing what a kill
+left half-written and setting aside (with a warning naming it) any shard that cannot be read, whose prompts are then
+collected again. Under `accelerate launch` every process takes the prompts whose index modulo the number of processes
+is its rank.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from accelerate import PartialState
 from tqdm.auto import tqdm
 
+from ..atomic import write_text
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
 from ..loading import eos_token_ids, left_padded
 from .prompts import encode_prompts
+from .shards import (
+    SCHEMA,
+    list_shards,
+    read_shard,
+    repair,
+    shard_path,
+    shard_rank_and_number,
+    write_shard,
+)
 from .trajectories import TrajectoryRecorder, block_states
+from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, check_not_empty
 
 logger = logging.getLogger(__name__)
 
 SETTINGS_FILE = "collection.json"
-SHARD_PATTERN = re.compile(r"trajectories-r(\d{3})-(\d{5})\.parquet$")
-
-TRAJECTORY_FEATURES = datasets.Features(
-    {
-        "prompt_id": datasets.Value("string"),
-        "prompt_ids": datasets.List(datasets.Value("int32")),
-        "completion_ids": datasets.List(datasets.Value("int32")),
-        "block_size": datasets.Value("int32"),
-        "states": datasets.List(datasets.List(datasets.List(datasets.Value("int32")))),
-        "fixed_points": datasets.List(datasets.List(datasets.Value("int32"))),
-        "forward_passes": datasets.Value("int32"),
-    }
-)
-"""Per prompt: its ids, the generated text, and per complete block its states (initial draft first, fixed point last)."""
 
 
 def collect_trajectories(
@@ -65,8 +67,10 @@ def collect_trajectories(
 ) -> Path:
     """Runs Jacobi decoding over `prompts` (columns `prompt_id`, `messages`) and writes trajectory shards.
 
-    Returns the output folder; read it with `load_trajectories`. Calling it again on the same folder with the same
-    settings resumes: prompts already written are skipped. Settings that would make old and new shards disagree
+    Returns the output folder; read it with `load_trajectories`. Each batch of `batch_size` prompts is durable on
+    disk as soon as it is decoded; `shard_size` only sets how many rows a file holds. Calling it again on the same
+    folder with the same settings resumes: prompts already written are skipped, and a shard that cannot be read is
+    set aside (logged) and its prompts collected again. Settings that would make old and new shards disagree
     (block size, token budget, chat formatting) are refused with the values that differ.
     """
     for name, value, least in (
@@ -87,12 +91,18 @@ def collect_trajectories(
             f"the prompt dataset lacks the columns {sorted(missing)} (it has {prompts.column_names}); "
             "build it with hf_jacobi.load_prompts."
         )
+    repeated = [i for i, n in collections.Counter(prompts["prompt_id"]).items() if n > 1]
+    if repeated:
+        raise ValueError(
+            f"prompt ids must be unique (a trajectory is stored and resumed by its prompt id); repeated: {repeated[:5]}."
+        )
 
     state = PartialState()
     output = Path(output_dir)
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
-    if state.is_main_process:  # one process writes the settings; the others check theirs against them
+    if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them
         _check_or_write_settings(output, settings)
+        repair(output)
     state.wait_for_everyone()
     if not state.is_main_process:
         _check_or_write_settings(output, settings)
@@ -109,36 +119,52 @@ def collect_trajectories(
     if pad_id is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos_ids = eos_token_ids(model.generation_config)
-    next_shard = _next_shard_number(output, state.process_index)
-    buffer: list[dict[str, Any]] = []
+    number, rows = _shard_to_fill(output, state.process_index, shard_size)
     bar = tqdm(
         total=len(pending), desc=f"collect[{state.process_index}]", disable=not progress, position=state.process_index
     )
     for batch_indices in _batches(pending, batch_size):
         batch = prompts.select(batch_indices)
         prompt_ids = encode_prompts(batch, tokenizer, chat=chat, max_prompt_tokens=max_prompt_tokens)
-        buffer.extend(
-            _collect_batch(
-                model, batch["prompt_id"], prompt_ids, pad_id, eos_ids, block_size, max_new_tokens, draft_seed
-            )
+        records = _collect_batch(
+            model, batch["prompt_id"], prompt_ids, pad_id, eos_ids, block_size, max_new_tokens, draft_seed
         )
+        rows = pa.concat_tables([rows, pa.Table.from_pylist(records, schema=SCHEMA)])
+        write_shard(rows, shard_path(output, state.process_index, number))
+        if rows.num_rows >= shard_size:
+            number, rows = number + 1, SCHEMA.empty_table()
         bar.update(len(batch_indices))
-        if len(buffer) >= shard_size:
-            _write_shard(output, state.process_index, next_shard, buffer)
-            next_shard, buffer = next_shard + 1, []
-    if buffer:
-        _write_shard(output, state.process_index, next_shard, buffer)
     bar.close()
     state.wait_for_everyone()
     return output
 
 
 def load_trajectories(path: str | os.PathLike[str]) -> datasets.Dataset:
-    """The trajectories collected into `path`, all shards, ordered by prompt id for a stable order across runs."""
-    shards = sorted(str(p) for p in Path(path).glob("*.parquet") if SHARD_PATTERN.search(p.name))
+    """The trajectories collected into `path`, all shards, ordered by prompt id for a stable order across runs.
+
+    Every shard is checked first: an unreadable file, a column missing, unexpected or of the wrong type, a prompt in
+    two shards, or no rows at all raise one `TrajectoryDataError` (a ValueError) naming the file and the column.
+    """
+    folder = Path(path)
+    shards = list_shards(folder) if folder.is_dir() else []
     if not shards:
-        raise ValueError(f"no trajectory shards (trajectories-rNNN-NNNNN.parquet) found in {path}.")
-    dataset = datasets.load_dataset("parquet", data_files=shards, split="train", features=TRAJECTORY_FEATURES)
+        raise TrajectoryDataError(
+            f"no trajectory shards (trajectories-rNNN-NNNNN.parquet) found in {folder}: collect them with "
+            "hf_jacobi.collect_trajectories (hf-jacobi collect --output_dir ...)."
+        )
+    where: dict[str, Path] = {}
+    for shard in shards:
+        for prompt_id in read_shard(shard).column("prompt_id").to_pylist():
+            if prompt_id in where:
+                raise TrajectoryDataError(
+                    f"prompt {prompt_id!r} is in both {where[prompt_id]} and {shard}: two collections wrote into "
+                    f"{folder}, or a file was copied in; move one of the two files out, then run the collection "
+                    "again to complete the folder."
+                )
+            where[prompt_id] = shard
+    check_not_empty(len(where), str(folder))
+    files = [str(shard) for shard in shards]
+    dataset = datasets.load_dataset("parquet", data_files=files, split="train", features=TRAJECTORY_FEATURES)
     return dataset.sort("prompt_id")
 
 
@@ -203,31 +229,24 @@ def _check_or_write_settings(output: Path, settings: dict[str, Any]) -> None:
                 f"{output} holds trajectories collected with other settings ({detail}); use a new folder."
             )
         return
-    output.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(settings, indent=2))
-    os.replace(tmp, path)
+    write_text(path, json.dumps(settings, indent=2))
 
 
 def _collected_ids(output: Path) -> set[str]:
     ids: set[str] = set()
-    for shard in output.glob("*.parquet"):
-        if SHARD_PATTERN.search(shard.name):
-            ids.update(pq.read_table(shard, columns=["prompt_id"]).column("prompt_id").to_pylist())
+    for shard in list_shards(output):
+        ids.update(pq.read_table(shard, columns=["prompt_id"]).column("prompt_id").to_pylist())
     return ids
 
 
-def _next_shard_number(output: Path, rank: int) -> int:
-    numbers = [
-        int(m.group(2))
-        for p in output.glob("*.parquet")
-        if (m := SHARD_PATTERN.search(p.name)) and int(m.group(1)) == rank
-    ]
-    return max(numbers, default=-1) + 1
-
-
-def _write_shard(output: Path, rank: int, number: int, records: list[dict[str, Any]]) -> None:
-    final = output / f"trajectories-r{rank:03d}-{number:05d}.parquet"
-    tmp = output / f".{final.name}.tmp"
-    datasets.Dataset.from_list(records, features=TRAJECTORY_FEATURES).to_parquet(str(tmp))
-    os.replace(tmp, final)
+def _shard_to_fill(output: Path, rank: int, shard_size: int) -> tuple[int, pa.Table]:
+    """The number of this process's shard to write next and the rows it already holds: its last shard while that one
+    holds fewer than `shard_size` rows (a resumed run fills it), else a new one."""
+    own = [shard for shard in list_shards(output) if shard_rank_and_number(shard)[0] == rank]
+    if not own:
+        return 0, SCHEMA.empty_table()
+    number = shard_rank_and_number(own[-1])[1]
+    rows = read_shard(own[-1])
+    if rows.num_rows < shard_size:
+        return number, rows
+    return number + 1, SCHEMA.empty_table()

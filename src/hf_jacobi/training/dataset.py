@@ -10,6 +10,7 @@ import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from ..data.packing import TRAJECTORY_COLUMNS, JacobiForcingCollator
+from ..data.trajectory_schema import check_not_empty, check_trajectory_table
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +27,13 @@ class CollatorEpoch(TrainerCallback):
 
 
 def usable_trajectories(dataset: datasets.Dataset, collator: JacobiForcingCollator, name: str) -> datasets.Dataset:
-    """Checks the columns, and drops (with a count) the trajectories that hold no block that fits in max_length:
-    a completion shorter than one block, or a prompt too long. Nothing else is dropped."""
-    missing = [c for c in TRAJECTORY_COLUMNS if c not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"the {name} dataset lacks the trajectory columns {missing} (it has {dataset.column_names}); "
-            "collect it with hf_jacobi.collect_trajectories and load it with hf_jacobi.load_trajectories."
-        )
+    """Checks the dataset is not empty and that the columns the collator reads are there, of the right types and
+    without missing values (one error naming each bad column; other columns are ignored, as the collator ignores
+    them), then drops (with a count) the trajectories that hold no block that fits in max_length: a completion shorter
+    than one block, or a prompt too long. Nothing else is dropped."""
+    source = f"the {name} dataset"
+    check_not_empty(len(dataset), source)
+    check_trajectory_table(dataset.data.table, source, columns=TRAJECTORY_COLUMNS, allow_extra=True)
 
     def fits(example: dict[str, Any]) -> bool:
         blocks = collator.blocks_that_fit(

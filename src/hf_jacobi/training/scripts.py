@@ -63,7 +63,13 @@ class CollectArguments(PromptArguments):
     block_size: int = field(default=16, metadata={"help": "Jacobi block size n of the recorded trajectories."})
     max_new_tokens: int = field(default=256, metadata={"help": "Tokens to generate per prompt."})
     batch_size: int = field(default=1, metadata={"help": "Prompts decoded together per process."})
-    shard_size: int = field(default=64, metadata={"help": "Trajectories per parquet shard."})
+    shard_size: int = field(
+        default=64,
+        metadata={
+            "help": "Rows per parquet file (layout only: every batch is on disk as soon as it finishes; the file being "
+            "filled is rewritten each batch, so very large shards cost more writes)."
+        },
+    )
     max_prompt_tokens: int | None = field(default=None, metadata={"help": "Refuse prompts longer than this."})
     draft_seed: int = field(default=0, metadata={"help": "Seed of the random initial drafts."})
 
@@ -138,6 +144,30 @@ def _variants(names: list[str], block_size: int) -> dict:
     return {name: variant_config(name, block_size) for name in names}
 
 
+RESUME_LAST = ("true", "last")
+"""`--resume_from_checkpoint` values that mean: the newest complete checkpoint in the output folder."""
+
+
+def resolve_checkpoint(output_dir: str, value: str | bool | None) -> str | None:
+    """The checkpoint folder to resume from: a path as given; `true` / `last` the newest `checkpoint-*` in `output_dir`
+    that holds a trainer_state.json (transformers writes it last, so a run killed while saving leaves a folder without
+    it, which transformers itself would pick and then fail on); None when there is nothing to resume."""
+    if value is None or value is False or (isinstance(value, str) and value.lower() in ("", "false", "none")):
+        return None
+    if value is not True and str(value).lower() not in RESUME_LAST:
+        if not Path(str(value)).is_dir():
+            raise ValueError(f"resume_from_checkpoint={value!r} is not a folder; pass a checkpoint folder, or 'last'")
+        return str(value)
+    folders = sorted(Path(output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[-1]), reverse=True)
+    complete = [p for p in folders if (p / "trainer_state.json").is_file()]
+    for incomplete in folders[: folders.index(complete[0])] if complete else folders:
+        logger.warning("skipping %s: it has no trainer_state.json (the run stopped while saving it)", incomplete)
+    if not complete:
+        logger.warning("no complete checkpoint in %s: training starts from the beginning", output_dir)
+        return None
+    return str(complete[0])
+
+
 def run_collect(argv: list[str]) -> int:
     parser = TrlParser((CollectArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
@@ -192,7 +222,7 @@ def run_train(argv: list[str]) -> int:
         peft_config=get_peft_config(model_args),
         callbacks=[heldout] if heldout is not None else None,
     )
-    checkpoint = training_args.resume_from_checkpoint
+    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

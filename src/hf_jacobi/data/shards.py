@@ -1,0 +1,108 @@
+"""The trajectory shards on disk: atomic, durable writes; validated reads; repair after a crash.
+
+A shard is `trajectories-r<rank>-<n>.parquet`. Every write goes to a temporary name in the same folder, is flushed
+and fsynced, then renamed over the final name (and the folder fsynced), so a shard file is always a complete version:
+a kill during a write leaves the previous version and a stray temporary file, which `repair` removes. A shard that is
+unreadable anyway (a copy cut short, a disk error, random bytes) is named in an error by `read_shard`, and `repair`
+moves it aside so that its prompts are collected again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, check_trajectory_table
+
+logger = logging.getLogger(__name__)
+
+SHARD_PATTERN = re.compile(r"^trajectories-r(\d{3})-(\d{5})\.parquet$")
+TEMPORARY_PATTERN = re.compile(r"^\.trajectories-r\d{3}-\d{5}\.parquet\.tmp$")
+SCHEMA: pa.Schema = TRAJECTORY_FEATURES.arrow_schema
+
+
+def shard_path(folder: Path, rank: int, number: int) -> Path:
+    return folder / f"trajectories-r{rank:03d}-{number:05d}.parquet"
+
+
+def list_shards(folder: Path) -> list[Path]:
+    """The shard files of `folder`, in name order (rank, then number)."""
+    return sorted(p for p in folder.glob("*.parquet") if SHARD_PATTERN.match(p.name))
+
+
+def shard_rank_and_number(path: Path) -> tuple[int, int]:
+    match = SHARD_PATTERN.match(path.name)
+    if match is None:
+        raise ValueError(f"{path} is not named like a trajectory shard (trajectories-rNNN-NNNNN.parquet).")
+    return int(match.group(1)), int(match.group(2))
+
+
+def write_shard(table: pa.Table, path: Path) -> None:
+    """Writes a shard to a temporary name beside `path`, fsyncs it and renames it over `path` (then fsyncs the folder):
+    once this returns, `path` holds the new rows even after a kill or a power cut, and until then the old ones. The
+    temporary name is fixed, so `repair` knows what a killed write left."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as sink:
+        pq.write_table(table, sink)
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(tmp, path)
+    _fsync_folder(path.parent)
+
+
+def read_shard(path: Path) -> pa.Table:
+    """The rows of one shard, checked: an unreadable file or one whose columns do not match raises a
+    `TrajectoryDataError` naming the file and how to repair it."""
+    try:
+        return _read_checked(path)
+    except TrajectoryDataError as exc:
+        raise TrajectoryDataError(
+            f"{exc} Run the collection again on {path.parent} with the same settings: it sets the file aside and "
+            "collects its prompts again."
+        ) from None
+
+
+def repair(folder: Path) -> list[Path]:
+    """Removes temporary files left by a killed write and moves unreadable or malformed shards aside (to
+    `<name>.corrupt`, with a warning naming them), so that their prompts count as not collected. Returns the shards
+    set aside. Only one process may run this, before any process starts writing."""
+    for stray in folder.glob(".trajectories-*.tmp"):
+        if TEMPORARY_PATTERN.match(stray.name):
+            stray.unlink()
+    set_aside = []
+    for shard in list_shards(folder):
+        try:
+            _read_checked(shard)
+        except TrajectoryDataError as exc:
+            target = shard.with_name(shard.name + ".corrupt")
+            os.replace(shard, target)
+            logger.warning("%s Moved to %s; its prompts are collected again.", exc, target)
+            set_aside.append(shard)
+    if set_aside:
+        _fsync_folder(folder)
+    return set_aside
+
+
+def _read_checked(path: Path) -> pa.Table:
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise TrajectoryDataError(f"{path} is not a readable parquet file, truncated or corrupt ({exc}).") from None
+    check_trajectory_table(table, str(path), hint=None)
+    return table if table.schema == SCHEMA else table.select(SCHEMA.names).cast(SCHEMA)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Makes a rename in `folder` durable (POSIX; elsewhere the rename is as durable as the platform makes it)."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,141 @@
+"""Trajectory data is checked where it enters: `load_trajectories` (each shard file) and the trainer (the columns the
+collator reads). Each bad input gives one error naming the file or dataset, the column and what was expected."""
+
+from __future__ import annotations
+
+import re
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from hf_jacobi import JacobiForcingCollator, load_trajectories
+from hf_jacobi.data.trajectory_schema import TrajectoryDataError
+from hf_jacobi.training.dataset import usable_trajectories
+from tiny_models import PAD
+
+ROWS = [
+    {
+        "prompt_id": f"p{i}",
+        "prompt_ids": [5, 6 + i],
+        "completion_ids": [7, 8, 9, 10],
+        "block_size": 2,
+        "states": [[[3, 4], [7, 8]], [[5, 5], [9, 10]]],
+        "fixed_points": [[7, 8], [9, 10]],
+        "forward_passes": 3,
+    }
+    for i in range(2)
+]
+
+
+def replaced(table: pa.Table, column: str, values: list) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+
+
+# (case, how the good table is spoiled, what the error says after the source)
+BAD_TABLES = [
+    (
+        "missing column",
+        lambda t: t.drop_columns(["states"]),
+        r"lacks the trajectory columns \['states'\] \(expected "
+        r"'states': per block, its states, each a list of token ids \(list<list<list<int>>>\)\)",
+    ),
+    (
+        "two missing columns",
+        lambda t: t.drop_columns(["block_size", "fixed_points"]),
+        r"lacks the trajectory columns \['block_size', 'fixed_points'\] \(expected 'block_size': an integer; ",
+    ),
+    (
+        "string states",
+        lambda t: replaced(t, "states", [[[["a"]]]] * 2),
+        r"column 'states' is list<list<list<string>>>, expected per block, its states",
+    ),
+    (
+        "float block size",
+        lambda t: replaced(t, "block_size", [2.0, 2.0]),
+        r"column 'block_size' is double, expected "
+        "an integer",
+    ),
+    (
+        "fixed points one level short",
+        lambda t: replaced(t, "fixed_points", [[7, 8, 9, 10]] * 2),
+        r"column 'fixed_points' is list<int64>, expected per block, its fixed point as token ids",
+    ),
+    (
+        "integer prompt id",
+        lambda t: replaced(t, "prompt_id", [0, 1]),
+        r"column 'prompt_id' is int64, expected a string",
+    ),
+    (
+        "a missing token",
+        lambda t: replaced(t, "prompt_ids", [[5, None], [5, 6]]),
+        r"column 'prompt_ids' holds 1 missing values, expected a list of token ids \(list<int>\) in every row",
+    ),
+    (
+        "a missing row value",
+        lambda t: replaced(t, "completion_ids", [None, [7, 8, 9, 10]]),
+        r"column 'completion_ids' holds 1 missing values",
+    ),
+]
+
+
+def shard_folder(tmp_path, table: pa.Table):
+    pq.write_table(table, tmp_path / "trajectories-r000-00000.parquet")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("case", "spoil", "message"), BAD_TABLES, ids=[c[0] for c in BAD_TABLES])
+def test_load_names_the_file_the_column_and_what_was_expected(tmp_path, case, spoil, message):
+    folder = shard_folder(tmp_path, spoil(pa.Table.from_pylist(ROWS)))
+    shard = re.escape(str(folder / "trajectories-r000-00000.parquet"))
+    with pytest.raises(TrajectoryDataError, match=rf"^{shard}: {message}") as error:
+        load_trajectories(folder)
+    assert "Run the collection again" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("case", "spoil", "message"),
+    [
+        (
+            "extra column",
+            lambda t: t.append_column("source", pa.array(["x", "y"])),
+            r"has unexpected columns "
+            r"\['source'\] \(a trajectory shard holds exactly \['prompt_id', 'prompt_ids', ",
+        ),
+        ("no rows", lambda t: t.slice(0, 0), r"holds no trajectories"),
+        ("cut short", None, r"is not a readable parquet file, truncated or corrupt"),
+    ],
+)
+def test_load_refuses_extra_columns_empty_data_and_unreadable_files(tmp_path, case, spoil, message):
+    if spoil is None:
+        folder = shard_folder(tmp_path, pa.Table.from_pylist(ROWS))
+        shard = folder / "trajectories-r000-00000.parquet"
+        shard.write_bytes(shard.read_bytes()[:100])
+    else:
+        folder = shard_folder(tmp_path, spoil(pa.Table.from_pylist(ROWS)))
+    with pytest.raises(TrajectoryDataError, match=message) as error:
+        load_trajectories(folder)
+    assert str(tmp_path) in str(error.value)
+
+
+def test_load_accepts_other_integer_widths_and_gives_the_collection_types(tmp_path):
+    loaded = load_trajectories(shard_folder(tmp_path, pa.Table.from_pylist(ROWS)))  # inferred as int64
+    assert loaded.to_list() == ROWS
+    assert loaded.features["states"].feature.feature.feature.dtype == "int32"
+
+
+@pytest.mark.parametrize(("case", "spoil", "message"), BAD_TABLES, ids=[c[0] for c in BAD_TABLES])
+def test_the_trainer_names_the_dataset_the_column_and_what_was_expected(case, spoil, message):
+    table = spoil(pa.Table.from_pylist(ROWS))
+    if "forward_passes" in table.column_names:
+        table = table.drop_columns(["forward_passes"])  # not read by the trainer: absent is fine
+    with pytest.raises(TrajectoryDataError, match=rf"^the train dataset: {message}"):
+        usable_trajectories(datasets.Dataset(table), JacobiForcingCollator(PAD), "train")
+
+
+def test_the_trainer_refuses_an_empty_dataset_and_ignores_extra_columns():
+    with pytest.raises(TrajectoryDataError, match="the eval dataset holds no trajectories"):
+        usable_trajectories(datasets.Dataset.from_list(ROWS).select([]), JacobiForcingCollator(PAD), "eval")
+    extra = datasets.Dataset.from_list([{**row, "source": "mine"} for row in ROWS])
+    assert len(usable_trajectories(extra, JacobiForcingCollator(PAD), "train")) == 2
