@@ -83,7 +83,8 @@ def test_tune_end_to_end_on_a_tiny_model_writes_a_generation_config(tmp_path):
     result = tune(model, prompts, grid, max_new_tokens=12, widths=(1, 4, 8), repeats=1, progress=False)
     assert set(result.curve) == {1, 4, 8} and all(c > 0 for c in result.curve.values())
     assert {a.candidate for a in result.acceptances} == set(grid)
-    assert all(a.tokens_per_forward >= 1.0 and a.mean_width >= a.candidate.block_size for a in result.acceptances)
+    # blocks near the end are capped by the remaining token budget, so a forward may be narrower than the block
+    assert all(a.tokens_per_forward >= 1.0 and a.mean_width > 1.0 for a in result.acceptances)
     report_json = json.loads(json.dumps(result.report()))
     assert report_json["choice"]["decoding"] in ("greedy", "jacobi")
     config = write_generation_config(model.generation_config.__class__(jacobi_num_blocks=3), Candidate(8, 2, 4))
@@ -102,3 +103,24 @@ def test_candidates_name_bad_settings_before_measuring():
     with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1, got 0"):
         candidate_grid([0, 4], [1], [0])
     assert str(Candidate(16, 2, 4)) == "n=16 K=2 pool=4" and Candidate(16, 2, 4).config.num_blocks == 2
+
+
+def test_tune_times_greedy_and_finalists_alternately_and_decides_on_medians():
+    """One slow spell during greedy's single timing used to crown a candidate that is not faster at all."""
+    predictions = predict(GPU_CURVE, ACCEPTANCES)
+    calls = []
+
+    def measure(candidate):
+        calls.append(candidate)
+        if candidate is None:
+            return 20.0 if len(calls) == 1 else 10.0  # the first greedy run meets a noisy machine
+        return 10.1
+
+    choice, speedup, verified = choose(predictions, measure, rounds=5)
+    assert (choice, speedup) == (None, None)  # the median sees through the spike
+    finalists = [p.candidate for p in predictions if p.candidate is not None][:2]
+    assert calls == [None, *finalists] * 5
+    assert verified[0]["rounds"] == 5 and verified[0]["greedy_seconds_range"] == [10.0, 20.0]
+    assert verified[0]["greedy_seconds"] == 10.0 and verified[0]["seconds_range"] == [10.1, 10.1]
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        choose(predictions, measure, rounds=0)

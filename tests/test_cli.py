@@ -264,9 +264,13 @@ def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_pat
     data = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
     argv = ["bench", "--model", str(tiny_checkpoint), "--task", "gsm8k", "--data", str(data), "--limit", "3"]
     argv += ["--block-sizes", "2", "4", "--variants", "plain", "both", "--batch-size", "2", "--max-new-tokens", "12"]
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "bench.json").write_text("an older run")
     code = cli.main([*argv, "--no-compile", "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
+    # the three files replace the older ones together; other files stay, no temporary folder is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md", "bench.png", "notes.txt"]
     assert "| AR (generate) | 0.0% |" in out and "| Jacobi both n=4 |" in out and "3/3 |" in out
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["meta"]["command"].startswith("hf-jacobi bench --model") and saved["meta"]["batch_size"] == 2
@@ -309,9 +313,23 @@ def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Pat
 @needs_model
 def test_bench_on_embedded_model_scores_humaneval(tmp_path: Path, capsys) -> None:
     argv = ["bench", "--limit", "2", "--max-new-tokens", "24", "--block-sizes", "4", "--variants", "both"]
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "bench.json").write_text("an older run")
     code = cli.main([*argv, "--no-compile", "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
+    # the three files replace the older ones together; other files stay, no temporary folder is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md", "bench.png", "notes.txt"]
     summary = json.loads((tmp_path / "bench.json").read_text())["summary"]
     assert [row["identical"] for row in summary] == [2, 2]
     assert all(row["score"] is not None for row in summary)
+
+
+def test_demo_says_plainly_when_jacobi_was_slower_in_wall_time() -> None:
+    from hf_jacobi.cli.demo import Row, demo_report
+
+    rows = [Row("HumanEval/0", 50, 49, 23, True)]
+    slower = demo_report(rows, greedy_s=1.0, jacobi_s=2.4, block_size=16)
+    assert "forwards saved 53.1% (wall time 0.42x greedy's speed)" in slower
+    assert "Jacobi was 2.40x SLOWER than greedy on this machine" in slower and "block of 16 tokens" in slower
+    assert "Jacobi 2.00x faster than greedy" in demo_report(rows, greedy_s=2.0, jacobi_s=1.0, block_size=16)

@@ -10,7 +10,7 @@ import pytest
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError
 
-from hf_jacobi.hub.upload import UPLOAD_IGNORE_PATTERNS, upload_checkpoint
+from hf_jacobi.hub.upload import UPLOAD_IGNORE_PATTERNS, HubUploadError, upload_checkpoint
 from tiny_models import fresh_tiny_model, tiny_model
 
 REPO = "acme/tiny-jacobi"
@@ -166,7 +166,7 @@ def test_endpoint_is_read_at_call_time(fake_hub, checkpoint, monkeypatch):
 
 def test_no_token_no_upload(fake_hub, checkpoint):
     """The fixture hides any real token: without one the (fake) Hub refuses the write."""
-    with pytest.raises(HfHubHTTPError):
+    with pytest.raises(HubUploadError, match=r"refused the upload to .* \(HTTP 401: .*\); check --token or HF_TOKEN$"):
         upload_checkpoint(checkpoint, REPO)
     assert "authorization" not in fake_hub.requests[0].headers
     assert fake_hub.commits == []

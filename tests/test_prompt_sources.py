@@ -9,8 +9,8 @@ import datasets
 import pytest
 
 from hf_jacobi.data.decontamination import find_overlaps, prompt_texts, word_ngrams
+from hf_jacobi.data.function_prompts import HELD_OUT, INSTRUCTION_LINE, package_prompt_set
 from hf_jacobi.data.humaneval import load_humaneval
-from hf_jacobi.data.package_prompts import HELD_OUT, INSTRUCTION_LINE, package_prompt_set
 from hf_jacobi.data.prompts import PROMPT_SOURCES, load_prompts, register_prompt_source
 
 DATA = Path(__file__).parent / "data"

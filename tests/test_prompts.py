@@ -11,15 +11,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from hf_jacobi.data import prompts
-from hf_jacobi.data.prompts import (
-    encode_prompts,
-    from_opencodeinstruct,
-    from_openthoughts,
-    humaneval_entry_points,
-    load_prompts,
-    stdlib_prompts,
-)
+from hf_jacobi.data import function_prompts, prompts
+from hf_jacobi.data.function_prompts import humaneval_entry_points, stdlib_prompts
+from hf_jacobi.data.prompts import encode_prompts, from_opencodeinstruct, from_openthoughts, load_prompts
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -63,7 +57,7 @@ def test_stdlib_prompts_are_real_deterministic_and_unique(stdlib_all):
     for messages in stdlib_all["messages"]:
         assert len(messages) == 1 and messages[0]["role"] == "user"
         text = messages[0]["content"]
-        assert text.startswith(prompts.STDLIB_INSTRUCTION)
+        assert text.startswith(function_prompts.STDLIB_INSTRUCTION)
         assert "def " in text
         code = text.split("```python\n", 1)[1].removesuffix("\n```")
         assert isinstance(ast.parse(code).body[0], ast.FunctionDef)

@@ -25,7 +25,7 @@ _EXPORTS = {
     "load_trajectories": ".data.collection",
     "encode_prompts": ".data.prompts",
     "load_prompts": ".data.prompts",
-    "stdlib_prompts": ".data.prompts",
+    "stdlib_prompts": ".data.function_prompts",
     "JacobiForcingConfig": ".training.config",
     "JacobiForcingTrainer": ".training.trainer",
     "publish_checkpoint": ".hub.push",
@@ -69,8 +69,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .data.collection import collect_trajectories, load_trajectories
+    from .data.function_prompts import stdlib_prompts
     from .data.packing import JacobiForcingCollator
-    from .data.prompts import encode_prompts, load_prompts, stdlib_prompts
+    from .data.prompts import encode_prompts, load_prompts
     from .data.trajectories import TrajectoryRecorder
     from .data.trajectory_schema import TrajectoryDataError
     from .decoding.config import JacobiConfig

@@ -29,6 +29,8 @@ import torch
 from filelock import FileLock, Timeout
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .atomic import OutputPathError, check_writable
+
 __all__ = [
     "CACHE_ENV_VAR",
     "DEFAULT_MODEL_NAME",
@@ -274,6 +276,13 @@ def ensure_model_cache(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     if problem is None:
         return folder
 
+    try:  # a read-only cache (a shared or mounted one) cannot be rebuilt: say so instead of failing on the lock
+        check_writable(root, folder=True, what="model cache folder")
+    except OutputPathError as error:
+        raise ModelNotAvailableError(
+            f"the model cache at {folder} needs a rebuild ({problem}), but {error}; set {CACHE_ENV_VAR} to a "
+            "writable folder"
+        ) from None
     root.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(root / f"{MODEL_SUBDIR}.lock"))
     try:

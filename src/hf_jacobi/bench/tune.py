@@ -4,8 +4,9 @@ Two measurements are combined. The roofline is what one forward costs against th
 flat up to a knee on a GPU at batch 1 (memory-bound), close to linear on a small CPU (compute-bound). Acceptance is
 how many tokens each candidate commits per forward and how wide its forwards are, on sample prompts; it depends on the
 model and the text, not on the hardware. Their ratio, plus the loop's own per-iteration cost, predicts tokens/s for
-every candidate without timing each one. The best predictions are then timed against greedy on the same prompts, and
-a candidate is only chosen when it is measurably faster: a prediction alone must never make decoding slower.
+every candidate without timing each one. The best predictions are then timed against greedy on the same prompts,
+alternately over several rounds, and a candidate is only chosen when its median is measurably faster: a prediction
+alone must never make decoding slower.
 """
 
 from __future__ import annotations
@@ -141,34 +142,47 @@ def choose(
     measure: Any,
     verify_top: int = 2,
     margin: float = 0.03,
+    rounds: int = 5,
 ) -> tuple[Candidate | None, float | None, list[dict[str, Any]]]:
     """Times the `verify_top` best-predicted candidates against greedy with `measure(candidate_or_None) -> seconds`
-    and returns the fastest one that beats greedy by more than `margin`, else None (greedy).
+    and returns the fastest one whose median beats greedy's median by more than `margin`, else None (greedy).
 
-    Candidates predicted slower than greedy are not timed at all: they could only win through timing noise.
+    Greedy and the candidates are timed in turn, `rounds` times, so that a slow spell of the machine (another
+    process, a clock change) hits all of them rather than deciding the choice; each record keeps the fastest and
+    slowest round beside the medians. Candidates predicted slower than greedy are not timed at all: they could only
+    win through timing noise.
     """
+    if rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     greedy_prediction = next(p for p in predictions if p.candidate is None)
     contenders = [
-        p for p in predictions if p.candidate is not None and p.tokens_per_s > greedy_prediction.tokens_per_s
+        p.candidate for p in predictions if p.candidate is not None and p.tokens_per_s > greedy_prediction.tokens_per_s
     ][:verify_top]
     if not contenders:
         return None, None, []
-    greedy_s = measure(None)
+    seconds: dict[Candidate | None, list[float]] = {candidate: [] for candidate in [None, *contenders]}
+    for _ in range(rounds):
+        for candidate, times in seconds.items():
+            times.append(measure(candidate))
+    greedy_s = statistics.median(seconds[None])
     verified = []
     best: tuple[Candidate | None, float] = (None, 1.0 + margin)
-    for prediction in contenders:
-        seconds = measure(prediction.candidate)
-        speedup = greedy_s / seconds
+    for candidate in contenders:
+        median = statistics.median(seconds[candidate])
+        speedup = greedy_s / median
         verified.append(
             {
-                "candidate": str(prediction.candidate),
+                "candidate": str(candidate),
+                "rounds": rounds,
                 "greedy_seconds": greedy_s,
-                "seconds": seconds,
+                "greedy_seconds_range": [min(seconds[None]), max(seconds[None])],
+                "seconds": median,
+                "seconds_range": [min(seconds[candidate]), max(seconds[candidate])],
                 "speedup": speedup,
             }
         )
         if speedup > best[1]:
-            best = (prediction.candidate, speedup)
+            best = (candidate, speedup)
     return best[0], (best[1] if best[0] is not None else None), verified
 
 
@@ -235,8 +249,10 @@ def tune(
     verify_top: int = 2,
     margin: float = 0.03,
     progress: bool = True,
+    rounds: int = 5,
 ) -> TuneResult:
-    """Measures, predicts and verifies on `prompts` (batch-1 encodings); `model` must have Jacobi enabled."""
+    """Measures, predicts and verifies on `prompts` (batch-1 encodings); `model` must have Jacobi enabled. The
+    finalists and greedy are timed alternately for `rounds` rounds and compared on their medians."""
     from .report import machine_description
 
     if not prompts:
@@ -258,7 +274,7 @@ def tune(
         kwargs = greedy_kwargs if candidate is None else {"do_sample": False, **candidate.config.to_generate_kwargs()}
         return sum(timed(lambda p=p: model.generate(**p, max_new_tokens=max_new_tokens, **kwargs))[1] for p in prompts)
 
-    choice, speedup, verified = choose(predictions, measure, verify_top, margin)
+    choice, speedup, verified = choose(predictions, measure, verify_top, margin, rounds)
     return TuneResult(
         hardware=machine_description(),
         curve=curve,

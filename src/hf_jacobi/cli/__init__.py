@@ -5,7 +5,9 @@ tokens, and exits with 1 when it does not, so a broken build cannot print a good
 after the prefill on both sides: the prefill yields the first new token either way, so greedy needs new tokens - 1
 decoding forwards and Jacobi reports its own count in `forward_passes`.
 
-Each command lives in its own module (parser and runner together); `common` holds what they share.
+Each command lives in its own module (parser and runner together); `common` holds what they share. A problem the
+user can fix ends the command with exit code 1 and one line on stderr naming the input and the fix; `--debug` (before
+the command) or `HF_JACOBI_DEBUG=1` adds the traceback.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import argparse
 import os
 import sys
 
-from ..models import ModelNotAvailableError
 from . import bench, demo, generate, overhead, push, recipe, tune
-from .common import CliError
+from .common import USER_ERRORS, debug_requested, report_error
 
 COMMANDS = (generate, demo, bench, overhead, tune, push, recipe)
 """Command modules, each with `add_parser(commands)` that registers its flags and its runner as `handler` (the recipe
@@ -25,6 +26,9 @@ steps only register their names: `main` hands their arguments to TRL's parser)."
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-jacobi", description="Lossless Jacobi decoding for Hugging Face LMs.")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (also: HF_JACOBI_DEBUG=1)"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(commands)
@@ -47,9 +51,12 @@ def use_offline_hub() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    debug = debug_requested(argv)
+    if argv[:1] == ["--debug"]:  # the global flag, taken here so that the recipe steps see it too
+        argv = argv[1:]
     if argv and argv[0] in recipe.STEPS:  # parsed by TRL's parser, not argparse
         use_offline_hub()
-        return recipe.run_step(argv[0], argv[1:])
+        return recipe.run_step(argv[0], argv[1:], debug=debug)
     args = build_parser().parse_args(argv)
     args.argv = argv
     if args.command != "push":  # the only subcommand that talks to the Hub
@@ -60,6 +67,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with torch.inference_mode():
             return args.handler(args)
-    except (CliError, ModelNotAvailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except USER_ERRORS as error:
+        return report_error(error, debug)

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
+from ..atomic import staged_files
 from ..data.humaneval import MissingDataError
 from ..loading import DTYPES
-from .common import CliError, checkpoint_dir, load_model, positive_float, positive_int
+from .common import CliError, checkpoint_dir, load_model, positive_float, positive_int, writable_output
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    """Greedy AR baselines and Jacobi configurations on one task: table and notes printed, JSON/Markdown/PNG written."""
+    """Greedy AR baselines and Jacobi configurations on one task: table and notes printed, JSON/Markdown/PNG written.
+
+    Everything the writing needs (a writable --output-dir, matplotlib for the plot) is checked before the task and
+    the model are loaded, and the three files replace their older versions together once all are rendered.
+    """
     from hf_jacobi.bench import report
     from hf_jacobi.bench.runner import bench_settings, run_bench
     from hf_jacobi.bench.tasks import load_task
 
+    writable_output(args.output_dir, "--output-dir")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CliError("bench writes a plot and needs matplotlib: pip install 'hf-jacobi[bench]'")
     try:  # the task first: a bad --data is reported before a model is loaded
         task = load_task(
             args.task,
@@ -28,7 +37,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             workers=args.workers,
         )
     except (MissingDataError, FileNotFoundError, ValueError) as error:
-        raise CliError(str(error)) from None
+        raise CliError(str(error)) from error
     loaded = load_model(args.model, args.dtype)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
     run = run_bench(loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size)
@@ -36,7 +45,6 @@ def run_bench_command(args: argparse.Namespace) -> int:
     table = report.markdown_table(rows, task.metric)
     notes = report.notes(run, rows, args.batch_size, args.max_new_tokens)
     print(f"# hf-jacobi bench: {task.name}\n\n{loaded.describe(args.dtype)}\n\n{table}\n\n{notes}")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "command": "hf-jacobi " + " ".join(args.argv),
         "model": loaded.name,
@@ -46,9 +54,10 @@ def run_bench_command(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens,
     }
-    report.write_json(args.output_dir / "bench.json", run, rows, meta)
-    (args.output_dir / "bench.md").write_text(f"{table}\n\n{notes}\n", encoding="utf-8")
-    report.plot(args.output_dir / "bench.png", rows, f"{task.name}, {loaded.name}, batch {args.batch_size}")
+    with staged_files(args.output_dir) as staging:
+        report.write_json(staging / "bench.json", run, rows, meta)
+        (staging / "bench.md").write_text(f"{table}\n\n{notes}\n", encoding="utf-8")
+        report.plot(staging / "bench.png", rows, f"{task.name}, {loaded.name}, batch {args.batch_size}")
     print(f"\nwrote {args.output_dir}/bench.json, bench.md, bench.png")
     lossless = all(row["identical"] == row["samples"] for row in rows)
     if not lossless:

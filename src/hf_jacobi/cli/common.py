@@ -4,6 +4,9 @@ and the one-line summaries. Commands live one per module beside this one, each w
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,15 +14,46 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..atomic import OutputPathError, check_writable
 from ..bench.common import generated_tokens
 from ..decoding.config import JacobiConfig
 from ..loading import DTYPES, EMBEDDED, encode_chat, eos_token_ids
 from ..loading import load_model as _load_model
-from ..models import DEFAULT_MODEL_NAME
+from ..models import DEFAULT_MODEL_NAME, ModelNotAvailableError
+
+DEBUG_ENV = "HF_JACOBI_DEBUG"
 
 
 class CliError(RuntimeError):
     """A problem the user can fix (a missing package, too many prompts): reported in one line, no traceback."""
+
+
+USER_ERRORS = (CliError, ModelNotAvailableError, OutputPathError)
+"""What `main` reports in one line; anything else is a bug and keeps its traceback."""
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """`hf-jacobi --debug ...` or HF_JACOBI_DEBUG=1: errors show their traceback."""
+    flag = os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return flag or argv[:1] == ["--debug"]
+
+
+def report_error(error: BaseException, debug: bool) -> int:
+    """Prints `error` as one line on stderr (after its traceback when `debug`) and returns the exit code 1."""
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+    message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    print(f"error: {message or type(error).__name__}", file=sys.stderr)
+    return 1
+
+
+def writable_output(path: Path, flag: str, folder: bool = True) -> Path:
+    """`path` once it is known to be writable, checked before any model is loaded or anything measured: a run must
+    not be lost to an output path that was wrong from the start."""
+    try:
+        return check_writable(path, folder=folder, what=flag)
+    except OutputPathError as error:
+        raise CliError(str(error)) from error
 
 
 # --- argument types: reject bad values at the boundary, naming them -------------------------------------------------

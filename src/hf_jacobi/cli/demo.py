@@ -38,7 +38,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         prompts = humaneval_prompts(args.prompts)
     except MissingDataError as error:
-        raise CliError(str(error)) from None
+        raise CliError(str(error)) from error
     if len(prompts) < args.prompts:
         raise CliError(f"--prompts {args.prompts}: HumanEval has only {len(prompts)} problems")
     loaded = load_model(args.model, args.dtype)
@@ -85,12 +85,26 @@ def run_demo(args: argparse.Namespace) -> int:
         progress.update(len(chunk))
     progress.close()
 
-    print(demo_report(rows, greedy_s, jacobi_s))
+    print(demo_report(rows, greedy_s, jacobi_s, settings.block_size))
     return 0 if all(row.identical for row in rows) else 1
 
 
-def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float) -> str:
-    """The Markdown table, the totals, and the verdict on losslessness."""
+def wall_time_verdict(greedy_s: float, jacobi_s: float, block_size: int) -> str:
+    """The wall-time speedup, said plainly when it is a slowdown: fewer forwards only pay off where a wide forward
+    costs about as much as a one-token one, which the forward counts alone cannot show."""
+    speedup = greedy_s / jacobi_s if jacobi_s > 0 else float("inf")
+    if speedup >= 1:
+        return f"wall time: Jacobi {speedup:.2f}x faster than greedy on this machine"
+    return (
+        f"wall time: Jacobi was {1 / speedup:.2f}x SLOWER than greedy on this machine: it saves forwards, but each "
+        f"of its forwards holds a block of {block_size} tokens per prompt, which costs more than a one-token forward "
+        "where the forward is compute-bound (a CPU, or a GPU at a large batch); `hf-jacobi tune` measures whether "
+        "any setting pays off here"
+    )
+
+
+def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float, block_size: int) -> str:
+    """The Markdown table, the totals, the wall-time verdict and the verdict on losslessness."""
     lines = [
         "| task_id | new tokens | forwards greedy | forwards Jacobi | tokens/forward (Jacobi) | identical |",
         "|---|---:|---:|---:|---:|:---:|",
@@ -112,9 +126,11 @@ def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float) -> str:
     lines += [
         "",
         f"total: {tokens} new tokens, {greedy} greedy forwards, {jacobi} Jacobi forwards, "
-        f"{per_forward(tokens, jacobi)} tokens per Jacobi forward, forwards saved {saved}",
+        f"{per_forward(tokens, jacobi)} tokens per Jacobi forward, forwards saved {saved} "
+        f"(wall time {greedy_s / jacobi_s:.2f}x greedy's speed)",
         f"wall time: greedy {greedy_s:.2f} s ({tokens / greedy_s:.1f} tokens/s), "
         f"Jacobi {jacobi_s:.2f} s ({tokens / jacobi_s:.1f} tokens/s)",
+        wall_time_verdict(greedy_s, jacobi_s, block_size),
         f"all outputs identical to greedy: {'yes' if all_identical else 'NO'}",
     ]
     return "\n".join(lines)

@@ -32,6 +32,11 @@ def run_generate(args: argparse.Namespace) -> int:
         k: v.to(model.device) for k, v in encode_prompt(tokenizer, args.prompt, not args.no_chat_template).items()
     }
     prompt_width = inputs["input_ids"].shape[1]
+    if prompt_width == 0:
+        raise CliError(
+            f"the prompt {args.prompt!r} encodes to no tokens with --no-chat-template; give a non-empty prompt, "
+            "or drop --no-chat-template"
+        )
     warm_up(loaded, inputs)
 
     if args.sample and args.compare:

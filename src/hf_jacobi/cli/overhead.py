@@ -7,9 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
+from ..atomic import write_text
 from ..bench.common import VARIANTS
 from ..data.humaneval import MissingDataError, humaneval_prompts
-from .common import CliError, positive_int
+from .common import CliError, positive_int, writable_output
 
 
 def run_overhead_command(args: argparse.Namespace) -> int:
@@ -19,10 +20,12 @@ def run_overhead_command(args: argparse.Namespace) -> int:
     from hf_jacobi.decoding.generate import enable_jacobi
     from hf_jacobi.loading import EMBEDDED, load_model
 
+    if args.json:
+        writable_output(args.json, "--json", folder=False)
     try:
         prompts = humaneval_prompts(args.prompts)
     except MissingDataError as error:
-        raise CliError(str(error)) from None
+        raise CliError(str(error)) from error
     model, tokenizer = load_model(EMBEDDED, dtype="float32")
     enable_jacobi(model)
     run = overhead.run_overhead(
@@ -45,7 +48,7 @@ def run_overhead_command(args: argparse.Namespace) -> int:
         print(f"\nForward cost against tokens in the forward (cache of {run.context_tokens} tokens):\n")
         print(overhead.cost_curve_table(run.curve))
     if args.json:
-        args.json.write_text(json.dumps(run.to_json(), indent=2))
+        write_text(args.json, json.dumps(run.to_json(), indent=2))
     return 0 if all(row["all_identical"] for row in run.rows) else 1
 
 

@@ -39,7 +39,7 @@ def run_push_command(args: argparse.Namespace) -> int:
             token=args.token,
         )
     except (ValueError, FileNotFoundError, RuntimeError) as error:
-        raise CliError(str(error)) from None
+        raise CliError(str(error)) from error
     shown = ", ".join(f"{k}={v}" for k, v in result.jacobi.to_dict().items() if v is not None)
     if args.dry_run:
         print(f"rendered {args.repo_id} into {result.folder} (not uploaded); Jacobi defaults: {shown}")

@@ -6,9 +6,8 @@ argparse, so `main` hands them the raw arguments; they are registered here only 
 
 from __future__ import annotations
 
-import sys
-
 from ..models import ModelNotAvailableError
+from .common import report_error
 
 STEPS = {
     "collect": "record Jacobi trajectories over a prompt set (hf-jacobi collect --help)",
@@ -17,16 +16,16 @@ STEPS = {
 }
 
 
-def run_step(step: str, argv: list[str]) -> int:
-    """Runs one step on its own arguments; a setting it refuses is reported in one line with exit code 1."""
+def run_step(step: str, argv: list[str], debug: bool = False) -> int:
+    """Runs one step on its own arguments; a setting it refuses is reported in one line with exit code 1 (with the
+    traceback when `debug`)."""
     from ..training import scripts  # trl, datasets and peft are imported only when a step runs
 
     handler = {"collect": scripts.run_collect, "train": scripts.run_train, "evaluate": scripts.run_evaluate}[step]
     try:
         return handler(argv)
-    except (ValueError, FileNotFoundError, ModelNotAvailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (ValueError, FileNotFoundError, ModelNotAvailableError) as error:
+        return report_error(error, debug)
 
 
 def add_parser(commands) -> None:

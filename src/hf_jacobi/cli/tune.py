@@ -7,8 +7,17 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..atomic import staged_files
 from ..loading import DTYPES
-from .common import CliError, checkpoint_dir, encode_prompt, load_model, non_negative_int, positive_int
+from .common import (
+    CliError,
+    checkpoint_dir,
+    encode_prompt,
+    load_model,
+    non_negative_int,
+    positive_int,
+    writable_output,
+)
 
 if TYPE_CHECKING:
     from ..bench.tune import TuneResult
@@ -47,7 +56,9 @@ def summary(result: TuneResult, top: int = 5) -> str:
         "",
     ]
     lines += [
-        f"timed {v['candidate']}: {v['speedup']:.2f}x greedy ({v['seconds']:.2f} s vs {v['greedy_seconds']:.2f} s)"
+        f"timed {v['candidate']}: {v['speedup']:.2f}x greedy (medians of {v['rounds']} alternating rounds: "
+        f"{v['seconds']:.2f} s [{v['seconds_range'][0]:.2f}-{v['seconds_range'][1]:.2f}] vs greedy "
+        f"{v['greedy_seconds']:.2f} s [{v['greedy_seconds_range'][0]:.2f}-{v['greedy_seconds_range'][1]:.2f}])"
         for v in result.verified
     ]
     if result.choice is None:
@@ -60,31 +71,33 @@ def summary(result: TuneResult, top: int = 5) -> str:
 def run_tune_command(args: argparse.Namespace) -> int:
     """Measures, chooses and writes the Jacobi defaults (or greedy) into a generation config."""
     from hf_jacobi.bench import tune
-    from hf_jacobi.data.prompts import stdlib_prompts
+    from hf_jacobi.data.function_prompts import stdlib_prompts
 
     if args.model is None and args.output_dir is None:
         raise CliError(
             "the embedded model's cache is checksummed and must not be edited: give --output-dir for its tuned "
             "generation_config.json, or tune a local --model folder"
         )
-    target = args.output_dir or args.model
+    target = writable_output(*((args.output_dir, "--output-dir") if args.output_dir else (args.model, "--model")))
     try:
         candidates = tune.candidate_grid(args.block_sizes, args.num_blocks, args.pool_sizes)
     except ValueError as error:
-        raise CliError(str(error)) from None
+        raise CliError(str(error)) from error
     loaded = load_model(args.model, args.dtype)
     texts = [row["messages"][0]["content"] for row in stdlib_prompts(limit=args.prompts)]
     prompts = [
         {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, text, chat=True).items()}
         for text in texts
     ]
-    result = tune.tune(loaded.model, prompts, candidates, args.max_new_tokens, repeats=args.repeats)
+    result = tune.tune(
+        loaded.model, prompts, candidates, args.max_new_tokens, repeats=args.repeats, rounds=args.rounds
+    )
     config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice)
-    target.mkdir(parents=True, exist_ok=True)
-    config.save_pretrained(target)
-    report_path = tune.save_report(target, result)
+    with staged_files(target) as staging:  # both files replace their older versions together
+        config.save_pretrained(staging)
+        report_name = tune.save_report(staging, result).name
     print(summary(result))
-    print(f"wrote {target / 'generation_config.json'} and {report_path}")
+    print(f"wrote {target / 'generation_config.json'} and {target / report_name}")
     return 0
 
 
@@ -103,4 +116,10 @@ def add_parser(commands) -> None:
     tune.add_argument("--num-blocks", type=positive_int, nargs="+", default=list(DEFAULT_NUM_BLOCKS))
     tune.add_argument("--pool-sizes", type=non_negative_int, nargs="+", default=list(DEFAULT_POOL_SIZES))
     tune.add_argument("--repeats", type=positive_int, default=5, help="timed repeats per roofline point (default 5)")
+    tune.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=5,
+        help="alternating timed rounds of greedy and each finalist, compared on medians (default 5)",
+    )
     tune.set_defaults(handler=run_tune_command)

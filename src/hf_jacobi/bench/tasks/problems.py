@@ -41,9 +41,9 @@ class RowFormat:
 def _load_local(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
-    import datasets
+    from ...data.local_files import load_local_dataset
 
-    return datasets.load_dataset(LOCAL_SUFFIXES[path.suffix.lower()], data_files=str(path), split="train")
+    return load_local_dataset([path], LOCAL_SUFFIXES[path.suffix.lower()], str(path))
 
 
 def _load_hub(source: str, split: str) -> Any:
