@@ -79,7 +79,7 @@ def test_run_overhead_measures_every_variant_and_the_cost_curve():
     assert [point["tokens"] for point in run.curve] == [1, 4] and run.context_tokens == 10 + 8
     assert set(run.to_json()) == {"summary", "forward_costs", "prompts"} and len(run.to_json()["prompts"]) == 4
     assert cost_curve_table(run.curve).splitlines()[:2] == [
-        "| tokens | forward ms | x one-token forward |",
+        "| tokens | forward ms | x one-token forward = break-even tokens/forward |",
         "|---|---|---|",
     ]
 

@@ -46,3 +46,14 @@ def test_a_run_without_held_out_figures_is_refused(tmp_path):
         load_run(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"holds no trainer_state\.json"):
         load_run(tmp_path / "missing")
+
+
+def test_the_study_command_writes_table_and_plot(tmp_path, capsys):
+    from hf_jacobi.cli import main
+
+    _write_run(tmp_path / "full", [(0, 0, 1.07, 1.80), (40, 10000, 1.25, 2.1)])
+    assert main(["study", str(tmp_path / "full"), "--output-dir", str(tmp_path / "report")]) == 0
+    assert "1.070 -> 1.250" in (tmp_path / "report" / "study.md").read_text()
+    assert (tmp_path / "report" / "study.png").is_file()
+    assert main(["study", str(tmp_path / "nothing-here")]) == 1
+    assert "holds no trainer_state.json" in capsys.readouterr().err

@@ -203,6 +203,8 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def cost_curve_table(curve: list[dict]) -> str:
-    """The forward cost curve: milliseconds and multiples of a one-token forward."""
+    """The forward cost curve: milliseconds and multiples of a one-token forward. A forward of w tokens costs as much
+    as that multiple of greedy steps, so it is also the tokens per forward a setting of that width must reach to break
+    even with greedy decoding in wall time (before the loop's own overhead)."""
     cells = [[p["tokens"], f"{p['forward_ms']:.1f}", f"{p['vs_one_token']:.2f}"] for p in curve]
-    return markdown(["tokens", "forward ms", "x one-token forward"], cells)
+    return markdown(["tokens", "forward ms", "x one-token forward = break-even tokens/forward"], cells)
