@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
-.PHONY: setup demo test test-fast test-integration lint format bench-overhead bench-variants bench-humaneval tune-cpu \
-	recipe-cpu clean
+.PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
+	bench-humaneval tune-cpu recipe-cpu clean
 
 setup: $(STAMP)
 
@@ -33,13 +33,24 @@ format: setup
 	$(BIN)/ruff check --fix src tests
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not fuzz"
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not integration and not slow"
+	$(BIN)/python -m pytest -q -m "not integration and not slow and not fuzz"
 
 test-integration: setup
 	$(BIN)/python -m pytest -q -m integration
+
+# Collection and DDP training in two real processes (accelerate launch, gloo on CPU), against single-process runs.
+test-distributed: setup
+	$(BIN)/python -m pytest -q -m distributed
+
+# Jacobi against greedy over FUZZ_EXAMPLES random cases of the property test (families, batches, padding, blocks,
+# pools, budgets, EOS placements, stop strings): a benchmark-sized run, not part of `make test`.
+FUZZ_EXAMPLES ?= 1000
+fuzz: setup
+	HF_JACOBI_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -m fuzz tests/test_properties.py \
+		--hypothesis-show-statistics
 
 bench-overhead: setup
 	$(BIN)/hf-jacobi overhead --prompts 6 --max-new-tokens 96 --block-sizes 8 16 32

@@ -1,7 +1,14 @@
-"""Property test: over random tiny models, prompts, batch sizes, block sizes, extra blocks, recycling pools and
-budgets, Jacobi equals greedy."""
+"""Property test: over random tiny models, prompts, batch sizes, left padding, block sizes (huge ones included), blocks
+in flight, recycling pools, budgets, EOS placements and stop strings, Jacobi equals greedy.
+
+`make test` runs a fresh random sample of a few dozen cases; `make fuzz` runs the same property over
+HF_JACOBI_FUZZ_EXAMPLES cases (1000 by default).
+"""
 
 from __future__ import annotations
+
+import functools
+import os
 
 import pytest
 import torch
@@ -9,9 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hf_jacobi import enable_jacobi
-from tiny_models import FAMILIES, random_prompts, tiny_model
+from tiny_models import FAMILIES, random_prompts, tiny_model, tiny_tokenizer
 
 FAMILY_NAMES = sorted(FAMILIES)
+EOS_PLACEMENTS = ("model's own", "first token", "middle", "last token", "two ids")
+"""Where the EOS id is taken from in a row's free-running greedy output, so that rows finish mid-block at different
+steps ("model's own" keeps the tiny models' EOS, which they rarely emit)."""
+STOP_STRINGS = (None, "one token", "across tokens")
+FIRST_WORD = 3
+"""The tiny tokenizer's first word ("t3"); lower ids are pad, BOS and EOS."""
+FUZZ_EXAMPLES = int(os.environ.get("HF_JACOBI_FUZZ_EXAMPLES", "1000"))
 
 
 @st.composite
@@ -21,17 +35,32 @@ def decoding_cases(draw):
         "model_seed": draw(st.integers(0, 3)),
         "batch": draw(st.integers(1, 4)),
         "prompt_len": draw(st.integers(2, 12)),
+        "pad_rows": draw(st.booleans()),
         "prompt_seed": draw(st.integers(0, 10_000)),
-        "block_size": draw(st.integers(1, 32)),
-        "max_new_tokens": draw(st.integers(0, 64)),
-        "eos_from_output": draw(st.booleans()),
+        # huge values must cost nothing: blocks are capped by the budget
+        "block_size": draw(st.integers(1, 32) | st.sampled_from([100, 100_000])),
+        "budget": draw(st.integers(0, 64)),
+        "budget_as_max_length": draw(st.booleans()),
+        "eos": draw(st.sampled_from(EOS_PLACEMENTS)),
+        "eos_row": draw(st.integers(0, 3)),
+        "stop_string": draw(st.sampled_from(STOP_STRINGS)),
         "repetition_penalty": draw(st.sampled_from([None, None, 1.3])),
-        "num_blocks": draw(st.integers(1, 4)),
+        "num_blocks": draw(st.integers(1, 4) | st.just(1000)),
         "spawn_ratio": draw(st.sampled_from([0.25, 0.5, 0.85, 1.0])),
         "pool_size": draw(st.integers(0, 8)),
+        "verify_size": draw(st.sampled_from([None, None, 1, 3])),
         "ngram_size": draw(st.sampled_from([None, 1, 2, 5])),
         "key_size": draw(st.integers(1, 3)),
     }
+
+
+@functools.cache
+def stop_string_tokenizer():
+    """The tiny tokenizer, plus the probe text StopStringCriteria reads every token's string with (its word-level
+    vocabulary would turn the probe into an unknown token)."""
+    tokenizer = tiny_tokenizer()
+    tokenizer.add_tokens(["abcdef"])
+    return tokenizer
 
 
 def _jacobi_settings(case) -> dict:
@@ -44,40 +73,65 @@ def _jacobi_settings(case) -> dict:
     }
     if case["pool_size"]:
         settings["jacobi_ngram_size"] = case["ngram_size"]
+        settings["jacobi_verify_size"] = case["verify_size"]
     return settings
+
+
+def _stops(case, new: torch.Tensor) -> dict:
+    """EOS ids and stop strings taken from one row's free-running output, so that they do fire."""
+    kwargs: dict = {}
+    tokens = new[case["eos_row"] % new.shape[0]].tolist()
+    eos = case["eos"]
+    if eos != "model's own":
+        picks = {"first token": [0], "middle": [len(tokens) // 2], "last token": [-1], "two ids": [1, -2]}[eos]
+        ids = [tokens[i % len(tokens)] for i in picks]
+        kwargs["eos_token_id"] = ids if eos == "two ids" else ids[0]
+    tokens = [t for t in tokens if t >= FIRST_WORD] or [FIRST_WORD]  # special ids have no text to stop on
+    if case["stop_string"] is not None:
+        middle = len(tokens) // 2
+        if case["stop_string"] == "one token" or len(tokens) < 2:
+            stop = f"t{tokens[middle]}"
+        else:  # the last digit of one token, the space, the start of the next
+            stop = f"{tokens[middle - 1]}"[-1] + f" t{tokens[middle]}"[:3]
+        kwargs.update(stop_strings=[stop], tokenizer=stop_string_tokenizer())
+    return kwargs
 
 
 def _check(case) -> None:
     model = enable_jacobi(tiny_model(case["family"], case["model_seed"]))
-    ids, mask = random_prompts(case["batch"], case["prompt_len"], case["prompt_seed"])
-    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": case["max_new_tokens"]}
+    prompt_len = case["prompt_len"]
+    ids, mask = random_prompts(case["batch"], prompt_len, case["prompt_seed"], pad_rows=case["pad_rows"])
+    if case["budget_as_max_length"]:
+        budget = {"max_length": prompt_len + case["budget"]}
+    else:
+        budget = {"max_new_tokens": case["budget"]}
+    kwargs = {"attention_mask": mask, "do_sample": False, **budget}
     if case["repetition_penalty"]:
         kwargs["repetition_penalty"] = case["repetition_penalty"]
-    if case["max_new_tokens"] == 0:
+    if case["budget"] == 0:
         # generate() rejects a zero budget; Jacobi must reject it the same way rather than return something.
-        with pytest.raises(ValueError, match="max_new_tokens"):
+        with pytest.raises(ValueError, match=next(iter(budget))):
             model.generate(ids, **kwargs)
-        with pytest.raises(ValueError, match="max_new_tokens"):
+        with pytest.raises(ValueError, match=next(iter(budget))):
             model.generate(ids, decoding="jacobi", **_jacobi_settings(case), **kwargs)
         return
-    if case["eos_from_output"]:
-        # Make a token the model actually emits the EOS, so rows finish mid-block at different steps.
+    if case["eos"] != "model's own" or case["stop_string"] is not None:
         free = model.generate(ids, **kwargs)
-        new = free[:, case["prompt_len"] :]
-        kwargs["eos_token_id"] = int(new[0, new.shape[1] // 2])
+        kwargs.update(_stops(case, free[:, prompt_len:]))
     greedy = model.generate(ids, **kwargs)
     jacobi = model.generate(ids, decoding="jacobi", **_jacobi_settings(case), **kwargs)
     assert torch.equal(greedy, jacobi), case
 
 
-@pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@pytest.mark.fuzz
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 @given(case=decoding_cases())
 def test_jacobi_equals_greedy_property(case):
+    """`make fuzz`: a fresh random sample each run (a failure prints how to reproduce it)."""
     _check(case)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=decoding_cases())
 def test_jacobi_equals_greedy_property_quick(case):
     """A smaller random sample on every run (not derandomized), to keep looking for new counterexamples."""

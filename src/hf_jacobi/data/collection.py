@@ -97,7 +97,9 @@ def collect_trajectories(
             f"prompt ids must be unique (a trajectory is stored and resumed by its prompt id); repeated: {repeated[:5]}."
         )
 
-    state = PartialState()
+    # Without cpu=True, CPU-only processes under `accelerate launch` form no process group: every rank would take
+    # itself for the only one, collect every prompt and write the same files.
+    state = PartialState(cpu=not torch.accelerator.is_available())
     output = Path(output_dir)
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
     if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them

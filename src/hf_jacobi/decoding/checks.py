@@ -1,13 +1,22 @@
-"""What Jacobi decoding refuses, checked before the prefill: settings it could not honour losslessly.
+"""What Jacobi decoding refuses, checked before the prefill: settings it could not honour losslessly, and forwards
+that would not fit in memory.
 
-Each refusal names the value and what is accepted, so that a user never gets a silently different decoding.
+Each refusal names the value and what is accepted (or what to lower), so that a user never gets a silently different
+decoding, nor a machine brought down by one oversized allocation.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import torch
 from transformers import GenerationConfig, StaticCache
+
+from .config import JacobiConfig
+from .masks import SLIDING, AttentionLayout
+
+GIB = 1024**3
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -47,3 +56,99 @@ def check_generation_config(model, generation_config: GenerationConfig, model_kw
         )
     if cache is not None and getattr(cache, "_is_user_defined", False):
         raise ValueError("decoding='jacobi' builds its own cache: do not pass past_key_values.")
+
+
+def widest_forward(config: JacobiConfig, prompt_len: int, capacity: int) -> tuple[int, int]:
+    """(chain columns, candidate columns) of the widest forward a call with a budget of `capacity` tokens can make.
+
+    The prefill commits the first token and no branch is given more drafts than the tokens left (`RowState.propose`),
+    so huge settings are bounded by the budget. Candidates are bounded by what the pool can return: per key length, at
+    most `ngram_pool_size` n-grams, and no more than were ever filed (one per prompt position, then per step one per
+    committed token and one per draft of the chain's rejected tail).
+    """
+    drafts = max(capacity - 1, 0)
+    chain = 1 + min(config.block_size * config.num_blocks - 1, drafts)
+    filed = prompt_len + capacity * (chain + 1)
+    count = min(config.candidates_per_step, config.ngram_key_size * min(config.ngram_pool_size, filed))
+    return chain, count * min(config.candidate_length, drafts)
+
+
+def forward_bytes(model, batch: int, width: int, context: int) -> dict[str, int]:
+    """Estimated bytes of one Jacobi forward of `width` columns for `batch` rows over `context` slots (KV included).
+
+    Logits come out in the model's dtype and are copied to float32, then processed; the additive masks are built per
+    layer kind from a boolean and (for sliding windows) an int64 distance; eager and sdpa's math path materialize the
+    float32 scores of one layer at a time; the KV cache holds the whole context on every layer.
+    """
+    text = model.config.get_text_config()
+    itemsize = model.dtype.itemsize
+    heads = getattr(text, "num_attention_heads", 0) or 0
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or (text.hidden_size // heads if heads else 0)
+    layout = AttentionLayout.from_config(model.config)
+    cells = batch * width * context
+    return {
+        "logits": batch * width * text.vocab_size * (itemsize + 8),
+        "attention masks": cells * (len(layout.kinds) * itemsize + 1 + (8 if SLIDING in layout.kinds else 0)),
+        "attention scores": cells * heads * 4,
+        "KV cache": 2 * text.num_hidden_layers * batch * kv_heads * head_dim * context * itemsize,
+    }
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on `device`, or None where this cannot be told (the check is then skipped).
+
+    CUDA: what the driver reports free plus what torch's caching allocator holds unused. CPU: the kernel's
+    MemAvailable (page cache it can drop included), lowered to a cgroup v2 memory limit when a container sets one.
+    """
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type != "cpu":
+        return None
+    available = None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit, open("/sys/fs/cgroup/memory.current") as current:
+            maximum = limit.read().strip()
+            if maximum != "max":
+                available = min(available, int(maximum) - int(current.read()))
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def check_memory(
+    model, config: JacobiConfig, batch: int, prompt_len: int, capacity: int, device: torch.device
+) -> None:
+    """Refuses, before the prefill allocates anything, a call whose widest forward would not fit in the free memory of
+    `device`, naming the settings that widen it (the most costly first) and the batch size."""
+    chain, candidates = widest_forward(config, prompt_len, capacity)
+    width = chain + candidates
+    context = prompt_len + capacity + width
+    needed = forward_bytes(model, batch, width, context)
+    free = free_memory(device)
+    if free is None or sum(needed.values()) <= free:
+        return
+    levers = [f"jacobi_block_size ({config.block_size})"]
+    if config.num_blocks > 1:
+        levers.append(f"jacobi_num_blocks ({config.num_blocks})")
+    if candidates:
+        verify = f"jacobi_verify_size ({config.candidates_per_step})"
+        levers.insert(0 if candidates > chain else len(levers), verify)
+    levers.append(f"the batch size ({batch})")
+    if needed["KV cache"] > needed["logits"]:
+        levers.append(f"max_new_tokens ({capacity})")
+    parts = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in needed.items())
+    raise ValueError(
+        f"decoding='jacobi' would need about {sum(needed.values()) / GIB:.2f} GiB for its widest forward (batch "
+        f"{batch} x {width} tokens over a context of {context}: {parts}), but only {free / GIB:.2f} GiB is free on "
+        f"{device}. Lower {', '.join(levers[:-1])} or {levers[-1]}."
+    )

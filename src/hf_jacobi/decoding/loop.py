@@ -12,6 +12,7 @@ proposers what happened (the chain's Jacobi update, the pool's harvest). Rows co
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +24,7 @@ from transformers.generation.streamers import BaseStreamer
 from .acceptance import AcceptanceRule, acceptance_rule
 from .cache import KVSlots
 from .chain import DraftChain
-from .checks import check_generation_config
+from .checks import check_generation_config, check_memory
 from .config import JacobiConfig
 from .drafts import PromptDrafter
 from .masks import AttentionLayout
@@ -76,6 +77,7 @@ def jacobi_decode(
     pad_id = generation_config._pad_token_tensor
     pad_id = int(pad_id) if pad_id is not None else 0
     capacity = max(generation_config.max_length - input_ids.shape[1], 1)
+    check_memory(model, config, input_ids.shape[0], input_ids.shape[1], capacity, input_ids.device)
 
     cache, slots, valid, first_scores = _prefill(model, input_ids, generation_config, model_kwargs)
     first_scores = logits_processor(input_ids, first_scores)
@@ -92,7 +94,7 @@ def jacobi_decode(
     stream = ColumnStreamer(jacobi_runtime.streamer, committed)
     for row, token in zip(rows, first_tokens, strict=True):
         committed.commit(row, [token])
-        row.proposers = _proposers(config, row, token, drafter)
+        row.proposers = _proposers(config, row, token, drafter, capacity)
     stream.flush()
 
     running = rows  # the rows still in the cache, in cache order
@@ -132,7 +134,7 @@ def _step(
 ) -> None:
     """One forward over every running row's proposals, and each row's commit."""
     roots = [row.text[-1] for row in running]
-    proposals = [row.propose() for row in running]
+    proposals = [row.propose(committed.capacity - len(row.generated)) for row in running]
     if recorder is not None:
         for row, root, branches in zip(running, roots, proposals, strict=True):
             recorder.record(row.index, len(row.generated) - 1, [root, *branches[0]])
@@ -195,20 +197,28 @@ def _prefill(model, input_ids: torch.Tensor, generation_config: GenerationConfig
     return cache, slots, valid, outputs.logits[:, -1].to(dtype=torch.float32, copy=True)
 
 
-def _proposers(config: JacobiConfig, row: RowState, first_token: int, drafter: PromptDrafter) -> list[Proposer]:
-    """A row's draft sources: the Jacobi chain, then (with recycling) its n-gram pool."""
-    n = config.block_size
+def _proposers(
+    config: JacobiConfig, row: RowState, first_token: int, drafter: PromptDrafter, capacity: int
+) -> list[Proposer]:
+    """A row's draft sources: the Jacobi chain, then (with recycling) its n-gram pool.
+
+    Blocks, blocks in flight and n-grams are capped by the token budget `capacity`, so that a chain never holds (nor
+    draws drafts for) more than about twice the budget; within the budget nothing changes. Each forward cuts the
+    proposals again to what the row has left (`RowState.propose`).
+    """
+    n = min(config.block_size, capacity)
+    num_blocks = min(config.num_blocks, math.ceil(capacity / n))
 
     def fill(count: int) -> list[int]:
         return drafter.draw(row.index, count)
 
-    chain = DraftChain([first_token, *fill(n - 1)], n, config.num_blocks, config.spawn_ratio, fill)
+    chain = DraftChain([first_token, *fill(n - 1)], n, num_blocks, config.spawn_ratio, fill)
     proposers: list[Proposer] = [chain]
     if config.ngram_pool_size:  # seeded with the prompt and the first token, the text known at this point
         pool = RecyclingProposer(
             row.text,
             config.ngram_pool_size,
-            config.candidate_length,
+            min(config.candidate_length, max(capacity - 1, 1)),
             config.ngram_key_size,
             config.candidates_per_step,
         )

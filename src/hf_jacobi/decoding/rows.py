@@ -39,11 +39,23 @@ class RowState:
     forward_tokens: int = 0
     recycled_tokens: int = 0
 
-    def propose(self) -> list[list[int]]:
-        """Every source's branches for the next forward, in source order (the chain is the first branch)."""
+    def propose(self, room: int) -> list[list[int]]:
+        """Every source's branches for the next forward, in source order (the chain is the first branch), each cut to
+        `room` drafts, the tokens the row may still generate.
+
+        A forward commits at most one token more than the drafts it accepts and the row takes no more than `room`, so
+        drafts past `room` could never be kept: cutting them makes a huge block size, many blocks or long candidates
+        cost nothing beyond the budget. The last kept draft (for the row's last position) is never needed to decode,
+        but trajectories record it. A candidate cut down to nothing, or to the start of the chain, is dropped:
+        verifying it again gains nothing.
+        """
         branches: list[list[int]] = []
         for proposer in self.proposers:
-            branches.extend(proposer.propose(self.text, branches))
+            for branch in proposer.propose(self.text, branches):
+                branch = branch[:room]
+                if branches and (not branch or branches[0][: len(branch)] == branch):
+                    continue
+                branches.append(branch)
         return branches
 
 

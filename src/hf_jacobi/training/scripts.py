@@ -179,7 +179,7 @@ def run_collect(argv: list[str]) -> int:
         )
     check_writable(args.output_dir, folder=True, what="--output_dir")
     prompts = args.load()  # a bad prompt source is reported before the model loads
-    state = PartialState()
+    state = PartialState(cpu=not torch.accelerator.is_available())  # CPU ranks still form a process group
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
     with torch.inference_mode():
         output = collect_trajectories(
