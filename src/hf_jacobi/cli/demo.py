@@ -41,7 +41,7 @@ def run_demo(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from error
     if len(prompts) < args.prompts:
         raise CliError(f"--prompts {args.prompts}: HumanEval has only {len(prompts)} problems")
-    loaded = load_model(args.model, args.dtype)
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     model, tokenizer = loaded.model, loaded.tokenizer
     settings = jacobi_config(args)
     print(f"# hf-jacobi demo: greedy vs Jacobi decoding on HumanEval\n\n{loaded.describe(args.dtype)}")
