@@ -207,8 +207,8 @@ def test_generate_mismatch_exits_1(
     """The exit code must expose a Jacobi result that differs from greedy; simulated by corrupting its last token."""
     load_model = common.load_model
 
-    def load_corrupted(path: Path | None, dtype: str) -> common.LoadedModel:
-        loaded = load_model(path, dtype)
+    def load_corrupted(path: Path | None, dtype: str, jacobi_forcing: bool = False) -> common.LoadedModel:
+        loaded = load_model(path, dtype, jacobi_forcing)
         generate = loaded.model.generate
 
         def corrupted(*args, **kwargs):
