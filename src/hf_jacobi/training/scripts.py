@@ -18,7 +18,7 @@ import torch
 from accelerate import PartialState
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from ..atomic import check_writable, write_text
+from ..atomic import check_writable, staged_files, write_text
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
 from ..loading import EMBEDDED, load_model
@@ -227,7 +227,9 @@ def run_train(argv: list[str]) -> int:
     )
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(training_args.output_dir)
+    # The final weights appear whole or not at all: a run stopped while saving leaves the previous files in place.
+    with staged_files(training_args.output_dir) as staging:
+        trainer.save_model(str(staging))
     if trainer.accelerator.is_main_process:
         trainer.create_model_card(model_name=Path(training_args.output_dir).name)
     if training_args.push_to_hub:
