@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from hf_jacobi.decoding.config import JacobiConfig
-from hf_jacobi.training.evaluation import answer_nll, distinct_ngrams, evaluate_model, greedy_answers
+from hf_jacobi.training.evaluation import answer_nll, distinct_ngrams, evaluate_model, greedy_answers, measure_setting
 from tiny_models import EOS, tiny_model
 
 PROMPTS = [[5, 9, 14, 3, 77], [8, 40], [100, 101, 102, 103, 104, 105, 106]]
@@ -29,6 +29,29 @@ def test_answer_nll_is_the_mean_cross_entropy_of_the_answer_tokens_only():
         count += len(answer)
     # batched with right padding, in batches of 2: the same value
     assert abs(answer_nll(model, PROMPTS, answers, batch_size=2) - expected_total / count) < 1e-4
+
+
+def test_the_greedy_reference_is_greedy_even_when_the_model_defaults_to_jacobi(monkeypatch):
+    """A checkpoint whose generation config says decoding="jacobi" must still be checked against real greedy output:
+    a broken Jacobi loop is caught."""
+    import copy
+    import functools
+
+    from hf_jacobi.decoding import generate as routing
+
+    model = copy.deepcopy(tiny_model("llama", 0))
+    JacobiConfig(block_size=4).write_to(model.generation_config)  # decoding="jacobi" by default
+    loop = routing.jacobi_decode
+
+    @functools.wraps(loop)  # generate() routes keyword arguments by the loop's signature
+    def broken(*args, **kwargs):
+        out = loop(*args, **kwargs)
+        out.sequences[:, -1] = (out.sequences[:, -1] + 1) % model.config.vocab_size
+        return out
+
+    monkeypatch.setattr(routing, "jacobi_decode", broken)
+    figures = measure_setting(model, "plain", JacobiConfig(block_size=4), PROMPTS, max_new_tokens=8, batch_size=2)
+    assert not figures.identical_to_greedy
 
 
 def test_figures_count_real_tokens_and_compare_with_greedy():

@@ -123,7 +123,7 @@ def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_pro
 
     base, tokenizer = embedded_model
     trained, _ = load_default_model(jacobi_forcing=True)
-    assert trained.generation_config.decoding == "jacobi" and trained.generation_config.jacobi_block_size == 16
+    assert trained.generation_config.decoding == "greedy" and trained.generation_config.jacobi_block_size == 16
     prompts = encode_prompts(load_prompts("packages", split="test", limit=4), tokenizer)
     plain = JacobiConfig(block_size=16)
     before = measure_setting(base, "base", plain, prompts, max_new_tokens=32, batch_size=4)

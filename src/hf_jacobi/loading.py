@@ -174,7 +174,10 @@ def load_default_model(
 
 def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
     """The model with a PEFT adapter merged in (plain weights again, so decoding pays nothing for it), carrying the
-    adapter folder's Jacobi defaults from its generation_config.json when it has one."""
+    adapter folder's Jacobi settings from its generation_config.json when it has one.
+
+    The settings are what `generate(decoding="jacobi")` uses; plain `generate()` stays greedy, so that every greedy
+    reference the commands compare against (`--compare`, the demo, the bench's AR baselines) is really greedy."""
     from .models import ModelNotAvailableError
 
     folder = Path(folder)
@@ -190,7 +193,7 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
     merged.eval()
     if (folder / "generation_config.json").is_file():
         JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(folder)).write_to(
-            merged.generation_config
+            merged.generation_config, decoding="greedy"
         )
     return merged
 

@@ -61,10 +61,19 @@ def _batches(prompts: list[list[int]], size: int):
 
 @torch.inference_mode()
 def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[torch.Tensor]:
-    """Greedy decoding's output tensor for each batch of prompts (the reference Jacobi outputs must equal)."""
+    """Greedy decoding's output tensor for each batch of prompts (the reference Jacobi outputs must equal).
+
+    Greedy is asked for by name: a checkpoint whose generation config defaults to `decoding="jacobi"` would otherwise
+    compare Jacobi with itself."""
+    model = enable_jacobi(model)
     pad_id = model.generation_config.pad_token_id
     return [
-        model.generate(**left_padded(batch, pad_id, model.device), max_new_tokens=max_new_tokens, do_sample=False)
+        model.generate(
+            **left_padded(batch, pad_id, model.device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            decoding="greedy",
+        )
         for batch in tqdm(list(_batches(prompts, batch_size)), desc="greedy", leave=False)
     ]
 
