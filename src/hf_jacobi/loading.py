@@ -183,7 +183,10 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
     folder = Path(folder)
     missing = [name for name in ADAPTER_FILES if not (folder / name).is_file()]
     if missing:
-        raise ModelNotAvailableError(f"no Jacobi Forcing adapter in {folder} (missing {missing}); reinstall hf-jacobi")
+        raise ModelNotAvailableError(
+            f"no Jacobi Forcing adapter in {folder} (missing {missing}); expected a PEFT adapter folder as "
+            "`hf-jacobi train` writes with use_peft (for the shipped one: reinstall hf-jacobi)"
+        )
     from peft import PeftModel
     from transformers import GenerationConfig
 

@@ -97,6 +97,7 @@ def jacobi_decode(
         row.proposers = _proposers(config, row, token, drafter, capacity)
     stream.flush()
 
+    forward_kwargs = {"logits_to_keep": 0} if model._supports_logits_to_keep() else {}  # logits at every column
     running = rows  # the rows still in the cache, in cache order
     while True:
         keep = [i for i, row in enumerate(running) if not committed.done(row)]
@@ -105,7 +106,7 @@ def jacobi_decode(
         if len(keep) < len(running):
             slots.select_rows(cache, torch.tensor(keep, device=input_ids.device))
             running = [running[i] for i in keep]
-        _step(model, running, cache, slots, committed, logits_processor, accept, recorder, pad_id)
+        _step(model, running, cache, slots, committed, logits_processor, accept, recorder, pad_id, forward_kwargs)
         stream.flush()
 
     stream.finish()
@@ -131,6 +132,7 @@ def _step(
     accept: AcceptanceRule,
     recorder: StepRecorder | None,
     pad_id: int,
+    forward_kwargs: dict,
 ) -> None:
     """One forward over every running row's proposals, and each row's commit."""
     roots = [row.text[-1] for row in running]
@@ -141,7 +143,6 @@ def _step(
     layout = StepLayout(roots, proposals, pad_id, committed.sequences.device)
     query_positions = torch.tensor([row.position for row in running], device=layout.tokens.device)[:, None]
     query_positions = query_positions + layout.levels
-    forward_kwargs = {"logits_to_keep": 0} if model._supports_logits_to_keep() else {}
     logits = model(
         input_ids=layout.tokens,
         attention_mask=slots.attention_mask(layout.visible, query_positions, model.dtype),

@@ -21,7 +21,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from ..atomic import check_writable, staged_files, write_text
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
-from ..loading import EMBEDDED, load_model
+from ..loading import EMBEDDED, apply_adapter, load_model
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
 
@@ -256,9 +256,7 @@ def run_evaluate(argv: list[str]) -> int:
     results["base"] = base.to_dict()
     trained = None
     if args.adapter:
-        from peft import PeftModel
-
-        trained = PeftModel.from_pretrained(model, args.adapter).merge_and_unload().eval()
+        trained = apply_adapter(model, args.adapter)
     elif args.trained_model:
         trained, _ = load_model_and_tokenizer(
             ModelConfig(model_name_or_path=args.trained_model, dtype=model_args.dtype)
