@@ -64,7 +64,9 @@ def run_demo(args: argparse.Namespace) -> int:
             warm_up(loaded, inputs)
             warmed = True
         greedy, seconds = timed(
-            lambda inputs=inputs: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False)
+            lambda inputs=inputs: model.generate(
+                **inputs, max_new_tokens=args.max_new_tokens, do_sample=False, decoding="greedy"
+            )
         )
         greedy_s += seconds
         jacobi, seconds = timed(

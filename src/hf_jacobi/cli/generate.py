@@ -65,7 +65,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if not args.compare:
         return 0
 
-    greedy, greedy_s = timed(lambda: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False))
+    greedy, greedy_s = timed(
+        lambda: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False, decoding="greedy")
+    )
     greedy_tokens = new_token_counts(greedy, prompt_width, loaded.eos_ids)[0]
     print(summary("greedy", greedy_tokens, max(greedy_tokens - 1, 0), greedy_s))
     identical = greedy.shape == jacobi.sequences.shape and torch.equal(greedy, jacobi.sequences)
