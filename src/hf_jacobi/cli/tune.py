@@ -11,6 +11,7 @@ from ..atomic import staged_files
 from ..loading import DTYPES
 from .common import (
     CliError,
+    add_jacobi_forcing_argument,
     checkpoint_dir,
     encode_prompt,
     load_model,
@@ -71,7 +72,7 @@ def summary(result: TuneResult, top: int = 5) -> str:
 def run_tune_command(args: argparse.Namespace) -> int:
     """Measures, chooses and writes the Jacobi defaults (or greedy) into a generation config."""
     from hf_jacobi.bench import tune
-    from hf_jacobi.data.function_prompts import stdlib_prompts
+    from hf_jacobi.data.prompts import load_prompts
 
     if args.model is None and args.output_dir is None:
         raise CliError(
@@ -83,8 +84,16 @@ def run_tune_command(args: argparse.Namespace) -> int:
         candidates = tune.candidate_grid(args.block_sizes, args.num_blocks, args.pool_sizes)
     except ValueError as error:
         raise CliError(str(error)) from error
-    loaded = load_model(args.model, args.dtype)
-    texts = [row["messages"][0]["content"] for row in stdlib_prompts(limit=args.prompts)]
+    try:  # the prompts first: a bad source is reported before a model is loaded
+        rows = load_prompts(args.prompt_source, split=args.split, limit=args.skip_prompts + args.prompts)
+    except (FileNotFoundError, ValueError) as error:
+        raise CliError(str(error)) from error
+    if len(rows) <= args.skip_prompts:
+        raise CliError(
+            f"--skip-prompts {args.skip_prompts} leaves none of the {len(rows)} prompts of {args.prompt_source!r}"
+        )
+    texts = [messages[-1]["content"] for messages in rows["messages"][args.skip_prompts :]]
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     prompts = [
         {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, text, chat=True).items()}
         for text in texts
@@ -109,8 +118,19 @@ def add_parser(commands) -> None:
     tune.add_argument(
         "--output-dir", type=Path, default=None, help="write generation_config.json here instead of into --model"
     )
+    add_jacobi_forcing_argument(tune)
     tune.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
-    tune.add_argument("--prompts", type=positive_int, default=4, help="sample prompts (stdlib set, default 4)")
+    tune.add_argument("--prompts", type=positive_int, default=4, help="sample prompts (default 4)")
+    tune.add_argument(
+        "--prompt-source",
+        default="stdlib",
+        help="where the sample prompts come from: a named prompt source (stdlib, packages, ...), a local file or a Hub "
+        "dataset (default stdlib; keep evaluation prompts out of it)",
+    )
+    tune.add_argument("--split", default="train", help="split of the prompt source (default train)")
+    tune.add_argument(
+        "--skip-prompts", type=non_negative_int, default=0, help="prompts of the source to skip first (default 0)"
+    )
     tune.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sample (default 64)")
     tune.add_argument("--block-sizes", type=positive_int, nargs="+", default=list(DEFAULT_BLOCK_SIZES))
     tune.add_argument("--num-blocks", type=positive_int, nargs="+", default=list(DEFAULT_NUM_BLOCKS))

