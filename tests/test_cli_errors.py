@@ -127,7 +127,7 @@ CASES = {
     ),
     "tune --skip-prompts past the source": Case(
         ["tune", "--output-dir", "{tmp}/tuned", "--prompt-source", "stdlib", "--skip-prompts", "100000"],
-        "--skip-prompts 100000 leaves none of the",
+        "--prompts 4 after --skip-prompts 100000: 'stdlib' (train) has only",
     ),
     "bench prompts task without chat turns": Case(
         ["bench", "--task", "prompts", "--no-chat", "--output-dir", "{tmp}/out"], "--no-chat is not accepted"

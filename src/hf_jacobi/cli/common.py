@@ -150,7 +150,9 @@ def warm_up(loaded: LoadedModel, inputs: dict[str, torch.Tensor]) -> None:
     loaded.model.generate(**inputs, max_new_tokens=2, do_sample=False)
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> dict[str, torch.Tensor]:
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict[str, str]], chat: bool
+) -> dict[str, torch.Tensor]:
     """Instruct models answer a bare prompt poorly, so the chat template is used whenever the tokenizer has one."""
     ids = torch.tensor([encode_chat(tokenizer, prompt, chat=chat and bool(tokenizer.chat_template))])
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -180,6 +182,35 @@ def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
         f"{label}: {tokens} new tokens, {forwards} forwards (prefill excluded), "
         f"{per_forward(tokens, forwards)} tokens/forward, {tokens / seconds:.1f} tokens/s"
     )
+
+
+def add_prompt_source_arguments(parser: argparse.ArgumentParser, source: str, split: str, why: str) -> None:
+    """--prompts N, --prompt-source and --split, for commands that run on a few prompts of a prompt source."""
+    parser.add_argument(
+        "--prompt-source",
+        default=source,
+        help=f"a named prompt source (packages, stdlib, humaneval, ...), a local file or a Hub dataset (default {source}: "
+        f"{why})",
+    )
+    parser.add_argument("--split", default=split, help=f"split of the prompt source (default {split})")
+
+
+def load_source_prompts(args: argparse.Namespace, skip: int = 0) -> list[tuple[str, list[dict[str, str]]]]:
+    """(id, chat turns) of prompts `skip` to `skip + args.prompts` of the source, all of them there, or a one-line
+    error naming the source; read before any model is loaded."""
+    from ..data.prompts import load_prompts
+
+    try:
+        rows = load_prompts(args.prompt_source, split=args.split, limit=skip + args.prompts)
+    except (FileNotFoundError, ValueError) as error:
+        raise CliError(str(error)) from error
+    if len(rows) < skip + args.prompts:
+        raise CliError(
+            f"--prompts {args.prompts}"
+            + (f" after --skip-prompts {skip}" if skip else "")
+            + f": {args.prompt_source!r} ({args.split}) has only {len(rows)} prompts"
+        )
+    return list(zip(map(str, rows["prompt_id"]), rows["messages"], strict=True))[skip:]
 
 
 def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:

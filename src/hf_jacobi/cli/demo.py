@@ -13,12 +13,13 @@ from tqdm import tqdm
 from ..bench.common import timed
 from ..decoding.config import JacobiConfig
 from .common import (
-    CliError,
     LoadedModel,
     add_model_arguments,
+    add_prompt_source_arguments,
     describe_settings,
     jacobi_config,
     load_model,
+    load_source_prompts,
     new_token_counts,
     per_forward,
     positive_int,
@@ -69,19 +70,6 @@ def demo_settings(args: argparse.Namespace, loaded: LoadedModel) -> JacobiConfig
     return jacobi_config(args, loaded.model.generation_config)
 
 
-def load_demo_prompts(args: argparse.Namespace) -> list[tuple[str, list[dict[str, str]]]]:
-    """(id, chat turns) of the first --prompts prompts of the source."""
-    from ..data.prompts import load_prompts
-
-    try:
-        prompts = load_prompts(args.prompt_source, split=args.split, limit=args.prompts)
-    except (FileNotFoundError, ValueError) as error:
-        raise CliError(str(error)) from error
-    if len(prompts) < args.prompts:
-        raise CliError(f"--prompts {args.prompts}: {args.prompt_source!r} ({args.split}) has only {len(prompts)}")
-    return list(zip(map(str, prompts["prompt_id"]), prompts["messages"], strict=True))
-
-
 def run_model(
     loaded: LoadedModel, label: str, prompts: list[tuple[str, list[dict[str, str]]]], settings: JacobiConfig, args
 ) -> ModelRun:
@@ -125,7 +113,7 @@ def run_model(
 
 def run_demo(args: argparse.Namespace) -> int:
     """Greedy vs Jacobi per prompt and per model, then the models side by side; exit 1 if any output differs."""
-    prompts = load_demo_prompts(args)
+    prompts = load_source_prompts(args)
     side_by_side = args.model is None and not args.jacobi_forcing
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     settings = demo_settings(args, loaded)
@@ -224,13 +212,7 @@ def add_parser(commands) -> None:
         "demo", help="greedy vs Jacobi on held-out prompts, the untrained model beside the Jacobi Forcing one"
     )
     demo.add_argument("--prompts", type=positive_int, default=4, help="first N prompts of the source (default 4)")
-    demo.add_argument(
-        "--prompt-source",
-        default="packages",
-        help="a named prompt source (packages, humaneval, stdlib, ...), a local file or a Hub dataset "
-        "(default packages: its test split was held out of the shipped adapter's training)",
-    )
-    demo.add_argument("--split", default="test", help="split of the prompt source (default test)")
+    add_prompt_source_arguments(demo, "packages", "test", "held out of the shipped adapter's training")
     demo.add_argument("--batch", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     add_model_arguments(demo, max_new_tokens=128)
     demo.epilog = (

@@ -12,9 +12,11 @@ from ..loading import DTYPES
 from .common import (
     CliError,
     add_jacobi_forcing_argument,
+    add_prompt_source_arguments,
     checkpoint_dir,
     encode_prompt,
     load_model,
+    load_source_prompts,
     non_negative_int,
     positive_int,
     writable_output,
@@ -72,7 +74,6 @@ def summary(result: TuneResult, top: int = 5) -> str:
 def run_tune_command(args: argparse.Namespace) -> int:
     """Measures, chooses and writes the Jacobi defaults (or greedy) into a generation config."""
     from hf_jacobi.bench import tune
-    from hf_jacobi.data.prompts import load_prompts
 
     if args.model is None and args.output_dir is None:
         raise CliError(
@@ -84,19 +85,11 @@ def run_tune_command(args: argparse.Namespace) -> int:
         candidates = tune.candidate_grid(args.block_sizes, args.num_blocks, args.pool_sizes)
     except ValueError as error:
         raise CliError(str(error)) from error
-    try:  # the prompts first: a bad source is reported before a model is loaded
-        rows = load_prompts(args.prompt_source, split=args.split, limit=args.skip_prompts + args.prompts)
-    except (FileNotFoundError, ValueError) as error:
-        raise CliError(str(error)) from error
-    if len(rows) <= args.skip_prompts:
-        raise CliError(
-            f"--skip-prompts {args.skip_prompts} leaves none of the {len(rows)} prompts of {args.prompt_source!r}"
-        )
-    texts = [messages[-1]["content"] for messages in rows["messages"][args.skip_prompts :]]
+    prompt_rows = load_source_prompts(args, skip=args.skip_prompts)  # before a model is loaded
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     prompts = [
-        {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, text, chat=True).items()}
-        for text in texts
+        {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, messages, chat=True).items()}
+        for _, messages in prompt_rows
     ]
     result = tune.tune(
         loaded.model, prompts, candidates, args.max_new_tokens, repeats=args.repeats, rounds=args.rounds
@@ -121,13 +114,7 @@ def add_parser(commands) -> None:
     add_jacobi_forcing_argument(tune)
     tune.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     tune.add_argument("--prompts", type=positive_int, default=4, help="sample prompts (default 4)")
-    tune.add_argument(
-        "--prompt-source",
-        default="stdlib",
-        help="where the sample prompts come from: a named prompt source (stdlib, packages, ...), a local file or a Hub "
-        "dataset (default stdlib; keep evaluation prompts out of it)",
-    )
-    tune.add_argument("--split", default="train", help="split of the prompt source (default train)")
+    add_prompt_source_arguments(tune, "stdlib", "train", "keep the prompts you evaluate on out of the sample")
     tune.add_argument(
         "--skip-prompts", type=non_negative_int, default=0, help="prompts of the source to skip first (default 0)"
     )

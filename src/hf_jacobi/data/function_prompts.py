@@ -28,6 +28,7 @@ import datasets
 
 from .decontamination import find_overlaps
 from .humaneval import MissingDataError, load_humaneval
+from .limits import check_limit
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +113,7 @@ def stdlib_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
     Real code-writing prompts without a download, for tests, smoke runs and machines without network. The order is a
     `seed`-shuffle of the prompt_id order, so it is the same on every machine with the same Python version.
     """
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+    check_limit(limit)
     rows = _stdlib_rows()
     random.Random(seed).shuffle(rows)
     return rows_dataset(rows[:limit] if limit is not None else rows)
@@ -239,8 +239,7 @@ def package_prompt_set(split: str = "train", limit: int | None = None) -> datase
     passages, which would flatter held-out figures); `all` every row."""
     if split not in ("train", "test", "all"):
         raise ValueError(f"the packages prompt set has splits ['all', 'test', 'train'], got split={split!r}")
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+    check_limit(limit)
     table = datasets.Dataset.from_parquet(str(PROMPT_SET))
     if split == "all":
         rows = list(range(len(table)))

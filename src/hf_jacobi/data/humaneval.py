@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .limits import check_limit
+
 HUMANEVAL_FILE = Path("data") / "HumanEval.jsonl.gz"
 
 
@@ -49,8 +51,7 @@ def humaneval_path() -> Path:
 
 def load_humaneval(limit: int | None = None) -> list[HumanEvalProblem]:
     """The first `limit` problems (all 164 when None), in file order so runs with the same limit are comparable."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+    check_limit(limit)
     problems: list[HumanEvalProblem] = []
     with gzip.open(humaneval_path(), "rt", encoding="utf-8") as handle:
         for line in handle:

@@ -18,6 +18,7 @@ import datasets
 from ..loading import encode_chat
 from .function_prompts import package_prompt_set, rows_dataset, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
+from .limits import check_limit
 from .local_files import load_local_dataset
 
 logger = logging.getLogger(__name__)
@@ -31,11 +32,6 @@ DATA_SUFFIXES = (*LOCAL_BUILDERS, ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant"}
 
 Messages = list[dict[str, str]]
-
-
-def _check_limit(limit: int | None) -> None:
-    if limit is not None and limit <= 0:
-        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
 
 
 def _turn(turn: Any) -> dict[str, str]:
@@ -87,7 +83,7 @@ def _convert(
     keep_columns: tuple[str, ...] = (),
 ) -> datasets.Dataset:
     """Shared conversion: ids, dropping empty prompts, duplicate checks, and stopping at `limit` kept rows."""
-    _check_limit(limit)
+    check_limit(limit)
     if len(dataset) == 0:
         raise ValueError(f"dataset {name!r} is empty")
     if column not in dataset.column_names:
@@ -261,7 +257,7 @@ def load_prompts(
     `id`/`prompt_id` column, else "<file stem or source>/<row index>". `split` applies to named sources that have
     splits and to hub data sets; `limit` keeps the first `limit` prompts after conversion.
     """
-    _check_limit(limit)
+    check_limit(limit)
     if source in PROMPT_SOURCES:
         return PROMPT_SOURCES[source].load(split, limit, seed)
     if _is_local(source):

@@ -72,8 +72,3 @@ class BenchTask:
         else:
             ids = [tokenizer(self.raw_format.format(text=item.text))["input_ids"] for item in items]
         return left_padded(ids, tokenizer.pad_token_id)
-
-
-def check_limit(limit: int | None) -> None:
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import BenchItem, BenchTask, Score, TaskOptions, check_limit
+from ...data.limits import check_limit
+from .base import BenchItem, BenchTask, Score, TaskOptions
 
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """Appended to MATH/GSM8K questions so the model boxes its final answer, which is what the checkers look for."""
