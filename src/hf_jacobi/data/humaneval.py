@@ -32,6 +32,8 @@ class HumanEvalProblem:
     prompt: str
     test: str
     entry_point: str
+    canonical_solution: str = ""
+    """The reference body that completes `prompt`, as the dataset gives it."""
 
     def program(self, completion: str) -> str:
         """The prompt completed, then the problem's tests run on its entry point."""
@@ -59,7 +61,11 @@ def load_humaneval(limit: int | None = None) -> list[HumanEvalProblem]:
                 break
             if line.strip():
                 row = json.loads(line)
-                problems.append(HumanEvalProblem(row["task_id"], row["prompt"], row["test"], row["entry_point"]))
+                problems.append(
+                    HumanEvalProblem(
+                        row["task_id"], row["prompt"], row["test"], row["entry_point"], row["canonical_solution"]
+                    )
+                )
     return problems
 
 

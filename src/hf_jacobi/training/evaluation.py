@@ -154,6 +154,19 @@ def answer_nll(model, prompts: list[list[int]], answers: list[list[int]], batch_
     return total / max(count, 1)
 
 
+def canonical_solution_nll(model, tokenizer, limit: int | None = None, batch_size: int = 8) -> float:
+    """NLL per token of HumanEval's canonical solutions, each given its problem's prompt as a raw completion.
+
+    A quality check independent of any model's own text: training for fewer forwards must not make a model worse at
+    predicting correct code (the issue's bar: at most 1.10x the base model's figure)."""
+    from ..data.humaneval import load_humaneval
+
+    problems = load_humaneval(limit)
+    prompts = [tokenizer(p.prompt)["input_ids"] for p in problems]
+    answers = [tokenizer(p.canonical_solution, add_special_tokens=False)["input_ids"] for p in problems]
+    return answer_nll(model, prompts, answers, batch_size)
+
+
 def distinct_ngrams(answers: list[list[int]], n: int = 3) -> float:
     """Distinct token n-grams over all n-grams of the answers: low when the model repeats itself."""
     grams = [tuple(a[i : i + n]) for a in answers for i in range(len(a) - n + 1)]

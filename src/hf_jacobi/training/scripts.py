@@ -146,6 +146,10 @@ class EvaluateArguments(PromptArguments):
     max_new_tokens: int = field(default=64, metadata={"help": "Tokens to generate per prompt."})
     batch_size: int = field(default=8, metadata={"help": "Prompts decoded together (left-padded)."})
     output_file: str | None = field(default=None, metadata={"help": "Write the results as JSON here."})
+    humaneval_nll: bool = field(
+        default=False,
+        metadata={"help": "Also score the NLL per token of HumanEval's 164 canonical solutions under each model."},
+    )
 
 
 def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode: bool = True):
@@ -267,7 +271,7 @@ def run_train(argv: list[str]) -> int:
 def run_evaluate(argv: list[str]) -> int:
     """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
     greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
-    from .evaluation import evaluate_model
+    from .evaluation import canonical_solution_nll, evaluate_model
 
     parser = TrlParser((EvaluateArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
@@ -281,6 +285,8 @@ def run_evaluate(argv: list[str]) -> int:
     base, base_answers = evaluate_model(model, prompt_ids, settings, **measure)
     results = {"model": model_args.model_name_or_path, "prompts": args.prompts, "split": args.prompt_split}
     results["base"] = base.to_dict()
+    if args.humaneval_nll:
+        results["base"]["humaneval_canonical_nll"] = canonical_solution_nll(model, tokenizer)
     trained = None
     if args.adapter:
         trained = apply_adapter(model, args.adapter)
@@ -291,6 +297,10 @@ def run_evaluate(argv: list[str]) -> int:
     if trained is not None:
         figures, _ = evaluate_model(trained, prompt_ids, settings, reference_answers=base_answers, **measure)
         results["trained"] = figures.to_dict()
+        if args.humaneval_nll:
+            nll = canonical_solution_nll(trained, tokenizer)
+            results["trained"]["humaneval_canonical_nll"] = nll
+            results["trained"]["humaneval_canonical_nll_vs_base"] = nll / results["base"]["humaneval_canonical_nll"]
     print(json.dumps(results, indent=2))
     if args.output_file:
         write_text(args.output_file, json.dumps({**results, "settings": asdict(args)}, indent=2))
