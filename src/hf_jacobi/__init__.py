@@ -25,6 +25,7 @@ _EXPORTS = {
     "load_trajectories": ".data.collection",
     "encode_prompts": ".data.prompts",
     "load_prompts": ".data.prompts",
+    "magpie_prompts": ".data.magpie",
     "stdlib_prompts": ".data.function_prompts",
     "JacobiForcingConfig": ".training.config",
     "JacobiForcingTrainer": ".training.trainer",
@@ -49,6 +50,7 @@ __all__ = [
     "load_model",
     "load_prompts",
     "load_trajectories",
+    "magpie_prompts",
     "publish_checkpoint",
     "stdlib_prompts",
 ]
@@ -70,6 +72,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .data.collection import collect_trajectories, load_trajectories
     from .data.function_prompts import stdlib_prompts
+    from .data.magpie import magpie_prompts
     from .data.packing import JacobiForcingCollator
     from .data.prompts import encode_prompts, load_prompts
     from .data.trajectories import TrajectoryRecorder
