@@ -88,3 +88,19 @@ def test_the_overlap_check_catches_a_planted_leak():
     overlaps = find_overlaps(leaked, evaluation_texts())
     assert [o.candidate for o in overlaps] == ["leak"] and overlaps[0].reference == problem.task_id
     assert word_ngrams("too short to count") == set()
+
+
+def test_the_shipped_magpie_set_is_distinct_split_and_disjoint_from_evaluation_sets():
+    everything, train, test = (load_prompts("magpie", split=split) for split in ("all", "train", "test"))
+    assert len(everything) == 256 and len(test) == 32 and len(train) == 224
+    assert not set(train["prompt_id"]) & set(test["prompt_id"])
+    texts = [m[0]["content"] for m in everything["messages"]]
+    assert len({" ".join(t.lower().split()) for t in texts}) == len(texts)
+    assert all(
+        len(m) == 1 and m[0]["role"] == "user" and len(m[0]["content"].split()) >= 4 for m in everything["messages"]
+    )
+    assert not find_overlaps(prompt_texts(everything), evaluation_texts())
+    card = (CARD.parent / "magpie.md").read_text()
+    assert f"| test | {len(test)} |" in card and f"| train | {len(train)} |" in card
+    with pytest.raises(ValueError, match=r"magpie prompt set has splits"):
+        load_prompts("magpie", split="validation")

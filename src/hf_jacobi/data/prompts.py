@@ -224,6 +224,27 @@ register_prompt_source(
     _package_prompt_set,
     "3,656 prompts from documented functions of installed packages, shipped snapshot; splits train / test (offline)",
 )
+MAGPIE_SET = Path(__file__).parent / "prompt_sets" / "magpie-smollm2.parquet"
+MAGPIE_HELD_OUT = 32
+"""The first rows of the shipped Magpie set form its `test` split; the rest is `train`."""
+
+
+def _magpie_prompt_set(split: str, limit: int | None, seed: int) -> datasets.Dataset:
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"the magpie prompt set has splits ['all', 'test', 'train'], got split={split!r}")
+    check_limit(limit)
+    table = datasets.Dataset.from_parquet(str(MAGPIE_SET))
+    rows = {"all": range(len(table)), "test": range(MAGPIE_HELD_OUT), "train": range(MAGPIE_HELD_OUT, len(table))}
+    picked = rows[split]
+    return table.select(picked[:limit] if limit is not None else picked)
+
+
+register_prompt_source(
+    "magpie",
+    _magpie_prompt_set,
+    "plain-language instructions SmolLM2-135M-Instruct wrote itself (hf-jacobi magpie, seed 0), shipped snapshot; "
+    "splits train / test (offline)",
+)
 register_prompt_source(
     "humaneval",
     _humaneval_prompts,

@@ -35,7 +35,7 @@ class PromptArguments:
     prompts: str = field(
         default="stdlib",
         metadata={
-            "help": "A named prompt source (hf_jacobi.data.prompts.PROMPT_SOURCES: stdlib, packages, humaneval, "
+            "help": "A named prompt source (hf_jacobi.data.prompts.PROMPT_SOURCES: stdlib, packages, magpie, humaneval, "
             "opencodeinstruct, openthoughts2), a hub dataset name or a local json/jsonl/parquet"
         },
     )
