@@ -121,17 +121,26 @@ def load_model(path: Path | None, dtype: str, jacobi_forcing: bool = False) -> L
     """The embedded SmolLM2-135M-Instruct (with the shipped Jacobi Forcing adapter merged when `jacobi_forcing`), or a
     local checkpoint set up the same way (left padding, a pad token)."""
     from ..decoding.generate import enable_jacobi
-    from ..loading import JACOBI_FORCING_WEIGHTS, apply_adapter
 
     if jacobi_forcing and path is not None:
         raise CliError("--jacobi-forcing applies the adapter shipped for the embedded model: drop --model, or drop it")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
     name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
-    if jacobi_forcing:
-        model = apply_adapter(model, JACOBI_FORCING_WEIGHTS)
-        name = f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)"
-    return LoadedModel(enable_jacobi(model), tokenizer, name)
+    loaded = LoadedModel(enable_jacobi(model), tokenizer, name)
+    return with_jacobi_forcing(loaded) if jacobi_forcing else loaded
+
+
+def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
+    """The embedded model with the shipped Jacobi Forcing adapter merged in (its weights change in place; its
+    generation config gains the adapter's Jacobi defaults), Jacobi-enabled and named for the output."""
+    from ..decoding.generate import enable_jacobi
+    from ..loading import JACOBI_FORCING_WEIGHTS, apply_adapter
+
+    model = apply_adapter(loaded.model, JACOBI_FORCING_WEIGHTS)
+    return LoadedModel(
+        enable_jacobi(model), loaded.tokenizer, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)"
+    )
 
 
 def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
@@ -185,7 +194,9 @@ def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
 
 
 def add_prompt_source_arguments(parser: argparse.ArgumentParser, source: str, split: str, why: str) -> None:
-    """--prompts N, --prompt-source and --split, for commands that run on a few prompts of a prompt source."""
+    """--prompts N, --prompt-source and --split, for commands that run on a few prompts of a prompt source (what
+    `load_source_prompts` reads)."""
+    parser.add_argument("--prompts", type=positive_int, default=4, help="prompts of the source to run on (default 4)")
     parser.add_argument(
         "--prompt-source",
         default=source,

@@ -24,6 +24,7 @@ from .common import (
     per_forward,
     positive_int,
     warm_up,
+    with_jacobi_forcing,
 )
 
 UNTRAINED = "untrained"
@@ -128,10 +129,7 @@ def run_demo(args: argparse.Namespace) -> int:
     label = TRAINED if args.jacobi_forcing else (UNTRAINED if args.model is None else str(args.model))
     runs = [run_model(loaded, label, prompts, settings, args)]
     if side_by_side:
-        from ..loading import JACOBI_FORCING_WEIGHTS, apply_adapter
-
-        loaded.model = apply_adapter(loaded.model, JACOBI_FORCING_WEIGHTS)
-        runs.append(run_model(loaded, TRAINED, prompts, settings, args))
+        runs.append(run_model(with_jacobi_forcing(loaded), TRAINED, prompts, settings, args))
     for run in runs:
         print(f"## {run.label}\n\n{demo_report(run.rows, run.greedy_s, run.jacobi_s, settings.block_size)}\n")
     if len(runs) > 1:
@@ -211,7 +209,6 @@ def add_parser(commands) -> None:
     demo = commands.add_parser(
         "demo", help="greedy vs Jacobi on held-out prompts, the untrained model beside the Jacobi Forcing one"
     )
-    demo.add_argument("--prompts", type=positive_int, default=4, help="first N prompts of the source (default 4)")
     add_prompt_source_arguments(demo, "packages", "test", "held out of the shipped adapter's training")
     demo.add_argument("--batch", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     add_model_arguments(demo, max_new_tokens=128)

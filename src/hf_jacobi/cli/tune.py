@@ -113,7 +113,6 @@ def add_parser(commands) -> None:
     )
     add_jacobi_forcing_argument(tune)
     tune.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
-    tune.add_argument("--prompts", type=positive_int, default=4, help="sample prompts (default 4)")
     add_prompt_source_arguments(tune, "stdlib", "train", "keep the prompts you evaluate on out of the sample")
     tune.add_argument(
         "--skip-prompts", type=non_negative_int, default=0, help="prompts of the source to skip first (default 0)"

@@ -237,16 +237,29 @@ def package_prompt_set(split: str = "train", limit: int | None = None) -> datase
     """The shipped snapshot, in its shuffled order: `train` is every row after the first HELD_OUT; `test` those of the
     first HELD_OUT rows that share no word 13-gram with any train prompt (sibling functions often share docstring
     passages, which would flatter held-out figures); `all` every row."""
+    return snapshot_split(PROMPT_SET, "packages", split, limit, HELD_OUT, test_rows=_clean_held_out_rows)
+
+
+def snapshot_split(
+    path: Path,
+    name: str,
+    split: str,
+    limit: int | None,
+    held_out: int,
+    test_rows: Callable[[datasets.Dataset], list[int]] | None = None,
+) -> datasets.Dataset:
+    """A shipped prompt snapshot's split: `test` the first `held_out` rows (or those of them `test_rows` keeps),
+    `train` every later row, `all` every row; the first `limit` of it."""
     if split not in ("train", "test", "all"):
-        raise ValueError(f"the packages prompt set has splits ['all', 'test', 'train'], got split={split!r}")
+        raise ValueError(f"the {name} prompt set has splits ['all', 'test', 'train'], got split={split!r}")
     check_limit(limit)
-    table = datasets.Dataset.from_parquet(str(PROMPT_SET))
+    table = datasets.Dataset.from_parquet(str(path))
     if split == "all":
         rows = list(range(len(table)))
     elif split == "train":
-        rows = list(range(HELD_OUT, len(table)))
+        rows = list(range(held_out, len(table)))
     else:
-        rows = _clean_held_out_rows(table)
+        rows = test_rows(table) if test_rows is not None else list(range(min(held_out, len(table))))
     return table.select(rows[:limit] if limit is not None else rows)
 
 

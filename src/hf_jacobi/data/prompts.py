@@ -16,7 +16,7 @@ from typing import Any
 import datasets
 
 from ..loading import encode_chat
-from .function_prompts import package_prompt_set, rows_dataset, stdlib_prompts
+from .function_prompts import package_prompt_set, rows_dataset, snapshot_split, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit
 from .local_files import load_local_dataset
@@ -230,13 +230,7 @@ MAGPIE_HELD_OUT = 32
 
 
 def _magpie_prompt_set(split: str, limit: int | None, seed: int) -> datasets.Dataset:
-    if split not in ("train", "test", "all"):
-        raise ValueError(f"the magpie prompt set has splits ['all', 'test', 'train'], got split={split!r}")
-    check_limit(limit)
-    table = datasets.Dataset.from_parquet(str(MAGPIE_SET))
-    rows = {"all": range(len(table)), "test": range(MAGPIE_HELD_OUT), "train": range(MAGPIE_HELD_OUT, len(table))}
-    picked = rows[split]
-    return table.select(picked[:limit] if limit is not None else picked)
+    return snapshot_split(MAGPIE_SET, "magpie", split, limit, MAGPIE_HELD_OUT)
 
 
 register_prompt_source(
