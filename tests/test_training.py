@@ -68,9 +68,9 @@ def test_processes_write_disjoint_shards_and_an_interrupted_run_resumes(tmp_path
     model, tokenizer, prompts = fresh_tiny_model("llama"), tiny_tokenizer(), tiny_prompts(7)
     settings = dict(block_size=4, max_new_tokens=8, batch_size=2, shard_size=2, progress=False)
     # process 1 of 2 runs to the end; process 0 is "interrupted" after its first 2 prompts (0 and 2)
-    monkeypatch.setattr(collection, "PartialState", lambda **kwargs: FakeProcess(1, 2))
+    monkeypatch.setattr(collection, "process_state", lambda: FakeProcess(1, 2))
     collect_trajectories(model, tokenizer, prompts, tmp_path, **settings)
-    monkeypatch.setattr(collection, "PartialState", lambda **kwargs: FakeProcess(0, 2))
+    monkeypatch.setattr(collection, "process_state", lambda: FakeProcess(0, 2))
     collect_trajectories(model, tokenizer, prompts.select([0, 1, 2]), tmp_path, **settings)
     assert sorted(p.name for p in tmp_path.glob("*.parquet")) == [
         "trajectories-r000-00000.parquet",
@@ -80,7 +80,7 @@ def test_processes_write_disjoint_shards_and_an_interrupted_run_resumes(tmp_path
     collect_trajectories(model, tokenizer, prompts, tmp_path, **settings)  # resume: only 4 and 6 are left
     done = load_trajectories(tmp_path)
     assert done["prompt_id"] == [f"p{i:02d}" for i in range(7)]  # none lost, none twice
-    monkeypatch.setattr(collection, "PartialState", lambda **kwargs: FakeProcess(0, 1))
+    monkeypatch.setattr(collection, "process_state", lambda: FakeProcess(0, 1))
     fresh = tmp_path / "single"
     collect_trajectories(model, tokenizer, prompts, fresh, **settings)
     assert load_trajectories(fresh)["states"] == done["states"]  # splitting does not change what is recorded

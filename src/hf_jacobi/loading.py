@@ -8,11 +8,12 @@ question. Everything that turns a user's model name or prompt into tensors goes 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from accelerate import PartialState
 
 from .models import DEFAULT_MODEL_NAME, ensure_model_cache
 
@@ -23,6 +24,7 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bf
 """dtype names accepted on the command line and in recipes ("auto" additionally means the checkpoint's own)."""
 
 Messages = list[dict[str, str]]
+T = TypeVar("T")
 
 
 def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | str:
@@ -133,6 +135,20 @@ def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: str | tor
         input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
         attention_mask[row, width - len(ids) :] = 1
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+
+def in_batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Consecutive slices of at most `size` items, in order (collection and evaluation batch prompts the same way)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def process_state() -> PartialState:
+    """accelerate's view of this process, with CPU-only ranks still forming a process group.
+
+    Without cpu=True, CPU processes under `accelerate launch` form no group: every rank would take itself for the
+    only one, collect every prompt and write the same files."""
+    return PartialState(cpu=not torch.accelerator.is_available())
 
 
 JACOBI_FORCING_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-jacobi-forcing"

@@ -17,7 +17,7 @@ import collections
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,12 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from accelerate import PartialState
 from tqdm.auto import tqdm
 
 from ..atomic import write_text
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
-from ..loading import eos_token_ids, left_padded
+from ..loading import eos_token_ids, in_batches, left_padded, process_state
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,
@@ -97,9 +96,7 @@ def collect_trajectories(
             f"prompt ids must be unique (a trajectory is stored and resumed by its prompt id); repeated: {repeated[:5]}."
         )
 
-    # Without cpu=True, CPU-only processes under `accelerate launch` form no process group: every rank would take
-    # itself for the only one, collect every prompt and write the same files.
-    state = PartialState(cpu=not torch.accelerator.is_available())
+    state = process_state()
     output = Path(output_dir)
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
     if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them
@@ -125,7 +122,7 @@ def collect_trajectories(
     bar = tqdm(
         total=len(pending), desc=f"collect[{state.process_index}]", disable=not progress, position=state.process_index
     )
-    for batch_indices in _batches(pending, batch_size):
+    for batch_indices in in_batches(pending, batch_size):
         batch = prompts.select(batch_indices)
         prompt_ids = encode_prompts(batch, tokenizer, chat=chat, max_prompt_tokens=max_prompt_tokens)
         records = _collect_batch(
@@ -233,11 +230,6 @@ def _collect_batch(
             }
         )
     return records
-
-
-def _batches(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _check_or_write_settings(output: Path, settings: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from ..bench.common import generated_tokens
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
-from ..loading import eos_token_ids, left_padded
+from ..loading import eos_token_ids, in_batches, left_padded
 
 
 @dataclass
@@ -54,11 +54,6 @@ class ModelFigures:
         return data
 
 
-def _batches(prompts: list[list[int]], size: int):
-    for start in range(0, len(prompts), size):
-        yield prompts[start : start + size]
-
-
 @torch.inference_mode()
 def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[torch.Tensor]:
     """Greedy decoding's output tensor for each batch of prompts (the reference Jacobi outputs must equal).
@@ -74,7 +69,7 @@ def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_s
             do_sample=False,
             decoding="greedy",
         )
-        for batch in tqdm(list(_batches(prompts, batch_size)), desc="greedy", leave=False)
+        for batch in tqdm(list(in_batches(prompts, batch_size)), desc="greedy", leave=False)
     ]
 
 
@@ -82,7 +77,7 @@ def answers_of(model, prompts: list[list[int]], outputs: list[torch.Tensor], bat
     """Each prompt's generated tokens in `outputs`, up to and including its EOS, padding dropped."""
     pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
     answers: list[list[int]] = []
-    for batch, out in zip(_batches(prompts, batch_size), outputs, strict=True):
+    for batch, out in zip(in_batches(prompts, batch_size), outputs, strict=True):
         width = max(len(p) for p in batch)
         answers.extend(generated_tokens(row, eos_ids, pad_id) for row in out[:, width:])
     return answers
@@ -111,7 +106,7 @@ def measure_setting(
     pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
     tokens = forwards = 0
     identical = True
-    batches = list(_batches(prompts, batch_size))
+    batches = list(in_batches(prompts, batch_size))
     for batch, reference in tqdm(list(zip(batches, greedy, strict=True)), desc=name, leave=False):
         inputs = left_padded(batch, pad_id, model.device)
         out = model.generate(

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import datasets
 import torch
-from accelerate import PartialState
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..atomic import check_writable, staged_files, write_text
 from ..data.collection import collect_trajectories, load_trajectories, select_trajectories
 from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
-from ..loading import EMBEDDED, apply_adapter, load_model
+from ..loading import EMBEDDED, apply_adapter, load_model, process_state
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
 
@@ -209,7 +208,7 @@ def run_collect(argv: list[str]) -> int:
         )
     check_writable(args.output_dir, folder=True, what="--output_dir")
     prompts = args.load()  # a bad prompt source is reported before the model loads
-    state = PartialState(cpu=not torch.accelerator.is_available())  # CPU ranks still form a process group
+    state = process_state()
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
     with torch.inference_mode():
         output = collect_trajectories(
