@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import datasets
 import pytest
 
@@ -45,13 +47,40 @@ def test_the_curve_is_logged_at_the_start_every_k_steps_and_at_the_end(tmp_path)
     )  # fmt: skip
     trainer.train()
     curve = heldout_curve(trainer.state.log_history)
-    assert [entry["step"] for entry in curve] == [0, 2, 4, 5]
+    assert [entry["step"] for entry in curve] == [0, 2, 4, 5]  # the end (step 5) too
     assert curve[0]["num_input_tokens_seen"] == 0 < curve[-1]["num_input_tokens_seen"]
     assert all(entry[f"{PREFIX}/plain_tokens_per_forward"] >= 1 for entry in curve)
     assert all(0 < entry[f"{PREFIX}/distinct_3grams"] <= 1 for entry in curve)
     # the reference answers are the untrained model's greedy answers, taken at step 0
     assert callback.reference_answers == greedy_answers(fresh_tiny_model("llama"), heldout, 10, batch_size=1)
     assert all(entry[f"{PREFIX}/reference_nll"] > 0 for entry in curve)
+
+
+def test_a_run_ending_on_a_measured_step_is_measured_once_and_its_state_saved_with_the_final_point(tmp_path):
+    from hf_jacobi.cli import main
+
+    tokenizer = tiny_tokenizer()
+    model = fresh_tiny_model("llama")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    collect_trajectories(
+        model, tokenizer, _prompts(4, 0), tmp_path / "t", block_size=4, max_new_tokens=12, batch_size=2, progress=False
+    )
+    datasets.Dataset.from_list(_prompts(3, 50).to_list()).to_json(tmp_path / "heldout.jsonl")
+    argv = [
+        "train", "--model_name_or_path", str(tmp_path / "model"), "--trajectories", str(tmp_path / "t"),
+        "--output_dir", str(tmp_path / "o"), "--max_steps", "4", "--per_device_train_batch_size", "2",
+        "--learning_rate", "1e-3", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
+        "--save_strategy", "steps", "--save_steps", "3", "--noise_window", "4", "--heldout_block_size", "4",
+        "--heldout_prompts", str(tmp_path / "heldout.jsonl"), "--heldout_every_steps", "2",
+        "--heldout_max_new_tokens", "6", "--heldout_settings", "plain",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    # the run folder's own state holds the whole curve, the end included; the last checkpoint (step 3) stops at 2
+    curve = heldout_curve(json.loads((tmp_path / "o" / "trainer_state.json").read_text())["log_history"])
+    assert [entry["step"] for entry in curve] == [0, 2, 4]  # step 4 ends the run and is measured once
+    checkpoint = json.loads((tmp_path / "o" / "checkpoint-3" / "trainer_state.json").read_text())
+    assert [entry["step"] for entry in heldout_curve(checkpoint["log_history"])] == [0, 2]
 
 
 def test_bad_settings_are_refused():

@@ -88,7 +88,9 @@ class HeldOutSpeedCallback(TrainerCallback):
             self._measure(args, state, model)
 
     def on_train_end(self, args, state: TrainerState, control: TrainerControl, model=None, **kwargs):
-        self._measure(args, state, model)
+        measured = heldout_curve(state.log_history)
+        if not measured or measured[-1]["step"] != state.global_step:  # a run ending on a multiple of every_steps
+            self._measure(args, state, model)  # was measured at its last step already
 
 
 def heldout_curve(log_history: list[dict]) -> list[dict]:

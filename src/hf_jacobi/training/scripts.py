@@ -260,6 +260,9 @@ def run_train(argv: list[str]) -> int:
     # The final weights appear whole or not at all: a run stopped while saving leaves the previous files in place.
     with staged_files(training_args.output_dir) as staging:
         trainer.save_model(str(staging))
+    # The run's own trainer_state.json (checkpoints hold only what was known when they were saved): the log history
+    # with the final held-out measurement, which the callback takes after the last checkpoint.
+    trainer.save_state()
     if trainer.accelerator.is_main_process:
         trainer.create_model_card(model_name=Path(training_args.output_dir).name)
     if training_args.push_to_hub:
