@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
@@ -122,6 +124,20 @@ def test_custom_stopping_criteria_with_eos():
     criteria = StoppingCriteriaList([StopOnMultipleOf(9)])
     greedy, jacobi = greedy_and_jacobi(model, ids, mask, max_new_tokens=40, stopping_criteria=criteria)
     assert torch.equal(greedy, jacobi)
+
+
+def test_a_deep_copy_of_an_enabled_model_decodes_with_its_own_weights():
+    """Copies are how users keep a base model beside a fine-tuned one; the copy's generate must not run the original."""
+    model = enable_jacobi(tiny_model("llama", 0))
+    copy_ = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in copy_.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    ids, mask = random_prompts(2, 6, seed=3)
+    kwargs = {"attention_mask": mask, "max_new_tokens": 12, "do_sample": False}
+    greedy = copy_.generate(ids, **kwargs)
+    assert torch.equal(greedy, copy_.generate(ids, **kwargs, decoding="jacobi", jacobi_block_size=4))
+    assert not torch.equal(greedy, model.generate(ids, **kwargs))  # the copy really is another model
 
 
 def test_without_eos_finished_rows_keep_generating_like_greedy():

@@ -10,6 +10,7 @@ model's own generate with the Jacobi loop as its `custom_generate` callable. Tha
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -25,19 +26,19 @@ _ENABLED_FLAG = "_hf_jacobi_original_generate"
 def enable_jacobi(model):
     """Makes `model.generate(..., decoding="jacobi")` run Jacobi decoding; returns the same model.
 
-    Works on any transformers causal LM and on a peft `PeftModel`. Calling it twice is harmless.
+    Works on any transformers causal LM and on a peft `PeftModel`. Calling it twice is harmless. Both the Jacobi-aware
+    generate and the saved original are methods bound to the instance, so `copy.deepcopy(model)` gives a copy whose
+    generate runs the copy's weights (a closure over the model would keep calling the original).
     """
     if getattr(model, _ENABLED_FLAG, None) is not None:
         return model
-    original = model.generate
-
-    @functools.wraps(original)
-    def jacobi_aware_generate(*args: Any, **kwargs: Any):
-        return generate_with_jacobi(original, model, args, kwargs)
-
-    setattr(model, _ENABLED_FLAG, original)
-    model.generate = jacobi_aware_generate
+    setattr(model, _ENABLED_FLAG, model.generate)
+    model.generate = types.MethodType(_jacobi_aware_generate, model)
     return model
+
+
+def _jacobi_aware_generate(self, *args: Any, **kwargs: Any):
+    return generate_with_jacobi(getattr(self, _ENABLED_FLAG), self, args, kwargs)
 
 
 def generate(*args: Any, model, **kwargs: Any):
