@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
-	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu bench-jacobi-forcing clean
+	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu bench-jacobi-forcing collect-trajectories clean
 
 setup: $(STAMP)
 
@@ -102,6 +102,13 @@ BENCH_JF = --task prompts --limit 4 --max-new-tokens 128 --rounds 5 --block-size
 bench-jacobi-forcing: setup
 	$(BIN)/hf-jacobi bench $(BENCH_JF) --output-dir docs/results/jacobi-forcing-cpu/bench-untrained
 	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --output-dir docs/results/jacobi-forcing-cpu/bench-trained
+
+# Grow the committed trajectory folders (`packages` code requests, then `magpie` plain-language instructions): each run
+# resumes where the last one stopped, so stop it any time (Ctrl-C) and commit the folders. Hours on a CPU (~5-10
+# tokens/s per core at batch 8); in the background: `OMP_NUM_THREADS=1 nohup make collect-trajectories > collect.log &`.
+collect-trajectories: setup
+	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_packages.yaml
+	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_magpie.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
