@@ -74,7 +74,8 @@ def load_model(
     """(model, tokenizer) for a model name: "embedded" (the default) or a local save_pretrained folder / hub id.
 
     Padding is set up for batched generation (see `set_padding`). `device=None` leaves the model where
-    from_pretrained puts it (the CPU). The model comes in eval mode unless `eval_mode=False` (training).
+    from_pretrained puts it (the CPU). The model comes in eval mode unless `eval_mode=False` (training), and
+    Jacobi-enabled (`enable_jacobi`): generate(decoding="jacobi") runs the Jacobi loop, plain generate() stays greedy.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,7 +91,11 @@ def load_model(
         model = model.to(device)
     if eval_mode:
         model.eval()
-    return model, tokenizer
+    # Stock generate() takes `decoding` and the jacobi_* names for generation-config attributes, so a model not
+    # enabled would decode greedily when asked for decoding="jacobi", silently.
+    from .decoding.generate import enable_jacobi
+
+    return enable_jacobi(model), tokenizer
 
 
 def eos_token_ids(generation_config: Any) -> set[int]:
@@ -186,11 +191,7 @@ def load_default_model(
     model.config.name_or_path = str(folder)
     if jacobi_forcing:
         model = apply_adapter(model, JACOBI_FORCING_WEIGHTS)
-    # Stock generate() takes `decoding` and the jacobi_* names for generation-config attributes, so without this a
-    # call with decoding="jacobi" would silently decode greedily.
-    from .decoding.generate import enable_jacobi
-
-    return enable_jacobi(model), tokenizer
+    return model, tokenizer  # Jacobi-enabled by load_model; merging an adapter keeps the instance
 
 
 def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:

@@ -119,28 +119,23 @@ class LoadedModel:
 
 def load_model(path: Path | None, dtype: str, jacobi_forcing: bool = False) -> LoadedModel:
     """The embedded SmolLM2-135M-Instruct (with the shipped Jacobi Forcing adapter merged when `jacobi_forcing`), or a
-    local checkpoint set up the same way (left padding, a pad token)."""
-    from ..decoding.generate import enable_jacobi
-
+    local checkpoint set up the same way (left padding, a pad token, Jacobi-enabled)."""
     if jacobi_forcing and path is not None:
         raise CliError("--jacobi-forcing applies the adapter shipped for the embedded model: drop --model, or drop it")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
     name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
-    loaded = LoadedModel(enable_jacobi(model), tokenizer, name)
+    loaded = LoadedModel(model, tokenizer, name)
     return with_jacobi_forcing(loaded) if jacobi_forcing else loaded
 
 
 def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
     """The embedded model with the shipped Jacobi Forcing adapter merged in (its weights change in place; its
-    generation config gains the adapter's Jacobi defaults), Jacobi-enabled and named for the output."""
-    from ..decoding.generate import enable_jacobi
+    generation config gains the adapter's Jacobi defaults), named for the output."""
     from ..loading import JACOBI_FORCING_WEIGHTS, apply_adapter
 
-    model = apply_adapter(loaded.model, JACOBI_FORCING_WEIGHTS)
-    return LoadedModel(
-        enable_jacobi(model), loaded.tokenizer, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)"
-    )
+    model = apply_adapter(loaded.model, JACOBI_FORCING_WEIGHTS)  # merged in place: still Jacobi-enabled
+    return LoadedModel(model, loaded.tokenizer, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)")
 
 
 def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
