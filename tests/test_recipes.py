@@ -82,9 +82,12 @@ def test_named_sources_in_recipes_exist():
     from hf_jacobi.data.prompts import PROMPT_SOURCES
 
     for path in recipe_files():
-        source = yaml.safe_load(path.read_text()).get("prompts")
-        if source is not None and "/" not in source and "." not in source:
-            assert source in PROMPT_SOURCES, f"{path}: unknown prompt source {source!r}"
+        recipe = yaml.safe_load(path.read_text())
+        named = recipe.get("trajectory_prompts") or []
+        named = [named] if isinstance(named, str) else named
+        for source in [recipe.get("prompts"), recipe.get("heldout_prompts"), *named]:
+            if source is not None and "/" not in source and "." not in source:
+                assert source in PROMPT_SOURCES, f"{path}: unknown prompt source {source!r}"
 
 
 def test_resume_last_skips_a_checkpoint_killed_while_saving(tmp_path, caplog):
@@ -103,3 +106,24 @@ def test_resume_last_skips_a_checkpoint_killed_while_saving(tmp_path, caplog):
     assert resolve_checkpoint(str(tmp_path / "empty"), "last") is None
     with pytest.raises(ValueError, match="is not a folder"):
         resolve_checkpoint(str(tmp_path), str(tmp_path / "nope"))
+
+
+def committed_training_sets():
+    """Train recipes whose trajectories are committed folders in the repo (the others collect theirs first)."""
+    root = RECIPES.parent
+    for path in recipe_files():
+        recipe = yaml.safe_load(path.read_text())
+        folders = recipe.get("trajectories")
+        folders = [folders] if isinstance(folders, str) else folders
+        if path.stem.startswith("train") and folders and all((root / f).is_dir() for f in folders):
+            yield path
+
+
+@pytest.mark.parametrize("path", list(committed_training_sets()), ids=lambda p: p.name)
+def test_committed_recipes_train_on_committed_trajectories(path, monkeypatch):
+    """A recipe that trains on the repo's trajectory folders finds every prompt it names there, and no other."""
+    monkeypatch.chdir(RECIPES.parent)
+    args = TrlParser(STEPS["train"]).parse_args_and_config(args=["--config", str(path), "--use_cpu", "true"])[0]
+    counts = args.num_trajectory_prompts
+    assert args.trajectory_prompts is not None and counts is not None, "a committed recipe names its prompts"
+    assert len(args.load()) == sum(counts)

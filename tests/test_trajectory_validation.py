@@ -146,7 +146,8 @@ def test_training_on_named_prompts_keeps_their_trajectories_and_refuses_missing_
     from hf_jacobi.training.scripts import TrainScriptArguments
 
     rows = [{**ROWS[0], "prompt_id": f"stdlib/{i}"} for i in range(3)]
-    dataset = load_trajectories(shard_folder(tmp_path, pa.Table.from_pylist(rows)))
+    folder = shard_folder(tmp_path, pa.Table.from_pylist(rows))
+    dataset = load_trajectories(folder)
     kept = select_trajectories(dataset, ["stdlib/2", "stdlib/0"])
     assert kept["prompt_id"] == ["stdlib/0", "stdlib/2"]
     with pytest.raises(
@@ -154,9 +155,55 @@ def test_training_on_named_prompts_keeps_their_trajectories_and_refuses_missing_
     ):
         select_trajectories(dataset, ["stdlib/0", "stdlib/9"])
     # a folder that grew since a run: the run's prompt list, not the folder, decides what is trained on
-    args = TrainScriptArguments(trajectory_prompts="packages", num_trajectory_prompts=2)
+    args = TrainScriptArguments(trajectories=str(folder), trajectory_prompts="packages", num_trajectory_prompts=2)
     with pytest.raises(TrajectoryDataError, match=r"2 of the 2 prompts of 'packages' \(train\) have no trajectory"):
-        args.select(dataset)
-    assert TrainScriptArguments().select(dataset) is dataset
+        args.load()
+    assert TrainScriptArguments(trajectories=str(folder)).load()["prompt_id"] == dataset["prompt_id"]
     with pytest.raises(ValueError, match="num_trajectory_prompts needs trajectory_prompts"):
-        TrainScriptArguments(num_trajectory_prompts=2).select(dataset)
+        TrainScriptArguments(num_trajectory_prompts=2)
+
+
+@pytest.mark.parametrize(
+    ("sources", "counts", "message"),
+    [
+        (["packages", "magpie"], [2], r"num_trajectory_prompts \[2\] must give one count per trajectory_prompts"),
+        (["packages"], [0], r"num_trajectory_prompts must each be >= 1, got \[0\]"),
+    ],
+)
+def test_train_arguments_refuse_counts_that_do_not_pair_with_sources(sources, counts, message):
+    from hf_jacobi.training.scripts import TrainScriptArguments
+
+    with pytest.raises(ValueError, match=message):
+        TrainScriptArguments(trajectory_prompts=sources, num_trajectory_prompts=counts)
+
+
+def test_several_folders_train_as_one_dataset_selected_per_source(tmp_path):
+    """One folder per prompt source (each collected and resumed on its own) trains as one dataset; each source's
+    first N prompts are taken from wherever they are, and a prompt in two folders is refused by name."""
+    from hf_jacobi import load_prompts
+    from hf_jacobi.training.scripts import TrainScriptArguments
+
+    packages = list(load_prompts("packages", split="train", limit=3)["prompt_id"])
+    magpie = list(load_prompts("magpie", split="train", limit=2)["prompt_id"])
+    first = tmp_path / "packages"
+    second = tmp_path / "magpie"
+    first.mkdir()
+    second.mkdir()
+    shard_folder(first, pa.Table.from_pylist([{**ROWS[0], "prompt_id": i} for i in packages]))
+    shard_folder(second, pa.Table.from_pylist([{**ROWS[1], "prompt_id": i} for i in magpie]))
+
+    both = load_trajectories([first, second])
+    assert both["prompt_id"] == sorted(packages + magpie)
+    args = TrainScriptArguments(
+        trajectories=[str(first), str(second)],
+        trajectory_prompts=["packages", "magpie"],
+        num_trajectory_prompts=[2, 1],
+    )
+    assert sorted(args.load()["prompt_id"]) == sorted(packages[:2] + magpie[:1])
+
+    copied = pa.Table.from_pylist([{**ROWS[0], "prompt_id": packages[0]}])
+    pq.write_table(copied, second / "trajectories-r001-00000.parquet")
+    with pytest.raises(TrajectoryDataError, match=rf"prompt {re.escape(repr(packages[0]))} is in both .*packages"):
+        load_trajectories([first, second])
+    with pytest.raises(TrajectoryDataError, match="no trajectory folder given"):
+        load_trajectories([])

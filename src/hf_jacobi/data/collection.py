@@ -138,30 +138,39 @@ def collect_trajectories(
     return output
 
 
-def load_trajectories(path: str | os.PathLike[str]) -> datasets.Dataset:
+def load_trajectories(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> datasets.Dataset:
     """The trajectories collected into `path`, all shards, ordered by prompt id for a stable order across runs.
 
-    Every shard is checked first: an unreadable file, a column missing, unexpected or of the wrong type, a prompt in
-    two shards, or no rows at all raise one `TrajectoryDataError` (a ValueError) naming the file and the column.
+    `path` may also be several folders (e.g. one per prompt source, each resumable on its own): their shards form one
+    dataset, as long as no prompt is in two of them. Every shard is checked first: an unreadable file, a column
+    missing, unexpected or of the wrong type, a prompt in two shards, or no rows at all raise one `TrajectoryDataError`
+    (a ValueError) naming the file and the column.
     """
-    folder = Path(path)
-    shards = list_shards(folder) if folder.is_dir() else []
-    if not shards:
-        raise TrajectoryDataError(
-            f"no trajectory shards (trajectories-rNNN-NNNNN.parquet) found in {folder}: collect them with "
-            "hf_jacobi.collect_trajectories (hf-jacobi collect --output_dir ...)."
-        )
+    folders = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(folder) for folder in path]
+    if not folders:
+        raise TrajectoryDataError("no trajectory folder given: name at least one folder written by hf-jacobi collect.")
+    shards: list[Path] = []
+    for folder in folders:
+        found = list_shards(folder) if folder.is_dir() else []
+        if not found:
+            raise TrajectoryDataError(
+                f"no trajectory shards (trajectories-rNNN-NNNNN.parquet) found in {folder}: collect them with "
+                "hf_jacobi.collect_trajectories (hf-jacobi collect --output_dir ...)."
+            )
+        shards += found
     where: dict[str, Path] = {}
     for shard in shards:
         for prompt_id in read_shard(shard).column("prompt_id").to_pylist():
             if prompt_id in where:
                 raise TrajectoryDataError(
-                    f"prompt {prompt_id!r} is in both {where[prompt_id]} and {shard}: two collections wrote into "
-                    f"{folder}, or a file was copied in; move one of the two files out, then run the collection "
-                    "again to complete the folder."
+                    f"prompt {prompt_id!r} is in both {where[prompt_id]} and {shard}: two collections wrote the same "
+                    "prompt (or a file was copied in); move one of the two files out, then run the collection "
+                    "again to complete its folder."
                 )
             where[prompt_id] = shard
-    check_not_empty(len(where), str(folder))
+    check_not_empty(len(where), ", ".join(str(folder) for folder in folders))
     files = [str(shard) for shard in shards]
     dataset = datasets.load_dataset("parquet", data_files=files, split="train", features=TRAJECTORY_FEATURES)
     return dataset.sort("prompt_id")

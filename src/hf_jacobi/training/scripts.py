@@ -75,17 +75,26 @@ class CollectArguments(PromptArguments):
 
 @dataclass
 class TrainScriptArguments:
-    trajectories: str = field(default="trajectories", metadata={"help": "Folder written by `hf-jacobi collect`."})
-    trajectory_prompts: str | None = field(
+    trajectories: list[str] = field(
+        default_factory=lambda: ["trajectories"],
+        metadata={
+            "help": "Folder(s) written by `hf-jacobi collect`; several (e.g. one per prompt source) train as one "
+            "dataset, as long as no prompt is in two of them."
+        },
+    )
+    trajectory_prompts: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Train only on the trajectories of this prompt source's prompts (as collect's --prompts), e.g. "
-            "to reproduce a run on a folder that has grown since (default: every trajectory in the folder)"
+            "help": "Train only on the trajectories of these prompt sources' prompts (as collect's --prompts), e.g. "
+            "to reproduce a run on folders that have grown since (default: every trajectory in the folders)"
         },
     )
     trajectory_prompt_split: str = field(default="train", metadata={"help": "Split of --trajectory_prompts."})
-    num_trajectory_prompts: int | None = field(
-        default=None, metadata={"help": "Only the first N prompts of --trajectory_prompts (default: all of them)."}
+    num_trajectory_prompts: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Only the first N prompts of each --trajectory_prompts source, one N per source (default: all)."
+        },
     )
     eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
     heldout_prompts: str | None = field(
@@ -101,19 +110,39 @@ class TrainScriptArguments:
         default_factory=lambda: ["plain", "both"], metadata={"help": "Jacobi variants measured on held-out prompts."}
     )
 
-    def select(self, dataset: datasets.Dataset) -> datasets.Dataset:
-        """The trajectories of the prompts `--trajectory_prompts` names, all of them there; every row without it."""
+    def __post_init__(self) -> None:
+        # A recipe (or a Python caller) may name one folder, source or count without a list.
+        if isinstance(self.trajectories, str):
+            self.trajectories = [self.trajectories]
+        if isinstance(self.trajectory_prompts, str):
+            self.trajectory_prompts = [self.trajectory_prompts]
+        if isinstance(self.num_trajectory_prompts, int):
+            self.num_trajectory_prompts = [self.num_trajectory_prompts]
+        counts = self.num_trajectory_prompts
+        if counts is None:
+            return
         if self.trajectory_prompts is None:
-            if self.num_trajectory_prompts is not None:
-                raise ValueError("num_trajectory_prompts needs trajectory_prompts: the prompt source it counts in.")
+            raise ValueError("num_trajectory_prompts needs trajectory_prompts: the prompt source(s) it counts in.")
+        if len(counts) != len(self.trajectory_prompts):
+            raise ValueError(
+                f"num_trajectory_prompts {counts} must give one count per trajectory_prompts source "
+                f"{self.trajectory_prompts}."
+            )
+        if any(count < 1 for count in counts):
+            raise ValueError(f"num_trajectory_prompts must each be >= 1, got {counts}.")
+
+    def load(self) -> datasets.Dataset:
+        """The trajectories to train on: every one in `--trajectories`, or only those of the prompts
+        `--trajectory_prompts` names, all of which must be there."""
+        dataset = load_trajectories(self.trajectories)
+        if self.trajectory_prompts is None:
             return dataset
-        if self.num_trajectory_prompts is not None and self.num_trajectory_prompts < 1:
-            raise ValueError(f"num_trajectory_prompts must be >= 1, got {self.num_trajectory_prompts}.")
-        prompts = load_prompts(
-            self.trajectory_prompts, split=self.trajectory_prompt_split, limit=self.num_trajectory_prompts
-        )
+        counts = self.num_trajectory_prompts or [None] * len(self.trajectory_prompts)
+        wanted: list[str] = []
+        for source, count in zip(self.trajectory_prompts, counts, strict=True):
+            wanted += list(load_prompts(source, split=self.trajectory_prompt_split, limit=count)["prompt_id"])
         return select_trajectories(
-            dataset, prompts["prompt_id"], f"{self.trajectory_prompts!r} ({self.trajectory_prompt_split})"
+            dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
 
     def callback(self, tokenizer):
@@ -237,7 +266,7 @@ def run_train(argv: list[str]) -> int:
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     check_writable(training_args.output_dir, folder=True, what="--output_dir")
     # bad data, or a folder without the prompts asked for, is reported before the model loads
-    dataset = script_args.select(load_trajectories(script_args.trajectories))
+    dataset = script_args.load()
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
     eval_dataset = None
     if script_args.eval_fraction:
