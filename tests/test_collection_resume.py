@@ -107,3 +107,16 @@ def test_repeated_prompt_ids_are_refused_before_any_work(prompts, tmp_path):
     with pytest.raises(ValueError, match=r"prompt ids must be unique .*; repeated: \['p03'\]"):
         collect_trajectories(tiny_model("llama"), tiny_tokenizer(), repeated, tmp_path, **SETTINGS)
     assert not tmp_path.joinpath("collection.json").exists()
+
+
+def test_a_folder_refuses_to_resume_with_other_settings_or_another_model(prompts, tmp_path):
+    """States of two models (a second round's and the first's) or of two block sizes never mix in one folder."""
+    model, one = tiny_model("llama"), prompts.select([0])
+    collect_trajectories(model, tiny_tokenizer(), one, tmp_path, **SETTINGS, model_id="base")
+    with pytest.raises(ValueError, match=r"other settings \(model: 'base' on disk, 'base \+ round1' now\); use a new"):
+        collect_trajectories(model, tiny_tokenizer(), one, tmp_path, **SETTINGS, model_id="base + round1")
+    with pytest.raises(ValueError, match=r"other settings \(block_size: 4 on disk, 8 now\)"):
+        collect_trajectories(model, tiny_tokenizer(), one, tmp_path, **{**SETTINGS, "block_size": 8}, model_id="base")
+    # a library caller that names no model resumes the folder (nothing is left to collect)
+    collect_trajectories(model, tiny_tokenizer(), one, tmp_path, **SETTINGS)
+    assert len(load_trajectories(tmp_path)) == 1

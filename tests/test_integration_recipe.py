@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m" / "jacobi_forcing"
 
 
-def test_cpu_recipe_runs_end_to_end(embedded_model, tmp_path):
+def test_cpu_recipe_runs_end_to_end(embedded_model, tmp_path, capsys):
     del embedded_model  # the fixture makes sure the embedded model's cache exists
     trajectories, adapter, report = tmp_path / "trajectories", tmp_path / "lora", tmp_path / "evaluate.json"
     assert main(["collect", "--config", str(RECIPE / "collect.yaml"), "--num_prompts", "2",
@@ -38,6 +38,15 @@ def test_cpu_recipe_runs_end_to_end(embedded_model, tmp_path):
         assert 0 < figures["distinct_3grams"] <= 1 and figures["reference_nll"] > 0
     # the base model scores its own greedy answers better than any other model does (a fine-tuned one drifts)
     assert results["base"]["reference_nll"] <= results["trained"]["reference_nll"]
+
+    # a second round collects from the round-1 model, into its own folder: the round-1 folder refuses it by name
+    round2 = ["collect", "--config", str(RECIPE / "collect.yaml"), "--num_prompts", "1", "--max_new_tokens", "32",
+              "--adapter", str(adapter)]  # fmt: skip
+    assert main([*round2, "--output_dir", str(trajectories)]) == 1
+    assert f"model: 'embedded' on disk, 'embedded + {adapter}' now" in capsys.readouterr().err
+    assert main([*round2, "--output_dir", str(tmp_path / "round2")]) == 0
+    assert json.loads((tmp_path / "round2" / "collection.json").read_text())["model"] == f"embedded + {adapter}"
+    assert len(load_trajectories(tmp_path / "round2")) == 1
 
 
 def test_recipe_steps_report_bad_settings(capsys, tmp_path):

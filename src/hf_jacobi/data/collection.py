@@ -62,6 +62,7 @@ def collect_trajectories(
     chat: bool = True,
     max_prompt_tokens: int | None = None,
     draft_seed: int = 0,
+    model_id: str | None = None,
     progress: bool = True,
 ) -> Path:
     """Runs Jacobi decoding over `prompts` (columns `prompt_id`, `messages`) and writes trajectory shards.
@@ -70,7 +71,9 @@ def collect_trajectories(
     disk as soon as it is decoded; `shard_size` only sets how many rows a file holds. Calling it again on the same
     folder with the same settings resumes: prompts already written are skipped, and a shard that cannot be read is
     set aside (logged) and its prompts collected again. Settings that would make old and new shards disagree
-    (block size, token budget, chat formatting) are refused with the values that differ.
+    (block size, token budget, chat formatting, and `model_id` when given: a name for the model, e.g. "embedded" or
+    the base plus the adapter a second round collects from) are refused with the values that differ, so states of two
+    models never mix in one folder.
     """
     for name, value, least in (
         ("block_size", block_size, 2),
@@ -99,6 +102,8 @@ def collect_trajectories(
     state = process_state()
     output = Path(output_dir)
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
+    if model_id is not None:
+        settings["model"] = model_id
     if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them
         _check_or_write_settings(output, settings)
         repair(output)

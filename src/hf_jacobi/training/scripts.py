@@ -71,6 +71,18 @@ class CollectArguments(PromptArguments):
     )
     max_prompt_tokens: int | None = field(default=None, metadata={"help": "Refuse prompts longer than this."})
     draft_seed: int = field(default=0, metadata={"help": "Seed of the random initial drafts."})
+    adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "A LoRA adapter folder (as `hf-jacobi train` writes) merged into the model before collecting: "
+            "a second round collects the round-1 model's own trajectories"
+        },
+    )
+
+    def model_id(self, model_args: ModelConfig) -> str:
+        """What the trajectories come from, recorded in the folder so that a resumed collection cannot mix models."""
+        name = model_args.model_name_or_path or EMBEDDED
+        return name if self.adapter is None else f"{name} + {self.adapter}"
 
 
 @dataclass
@@ -239,6 +251,8 @@ def run_collect(argv: list[str]) -> int:
     prompts = args.load()  # a bad prompt source is reported before the model loads
     state = process_state()
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
+    if args.adapter is not None:
+        model = apply_adapter(model, args.adapter)
     with torch.inference_mode():
         output = collect_trajectories(
             model,
@@ -252,6 +266,7 @@ def run_collect(argv: list[str]) -> int:
             chat=args.chat_template,
             max_prompt_tokens=args.max_prompt_tokens,
             draft_seed=args.draft_seed,
+            model_id=args.model_id(model_args),
         )
     if state.is_main_process:
         collected = load_trajectories(output)
