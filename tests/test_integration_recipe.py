@@ -47,6 +47,10 @@ def test_cpu_recipe_runs_end_to_end(embedded_model, tmp_path, capsys):
     assert main([*round2, "--output_dir", str(tmp_path / "round2")]) == 0
     assert json.loads((tmp_path / "round2" / "collection.json").read_text())["model"] == f"embedded + {adapter}"
     assert len(load_trajectories(tmp_path / "round2")) == 1
+    # and trains the round-1 adapter further on them
+    assert main(["train", "--config", str(RECIPE / "train.yaml"), "--trajectories", str(tmp_path / "round2"),
+                 "--init_adapter", str(adapter), "--output_dir", str(tmp_path / "lora2"), "--max_steps", "1"]) == 0  # fmt: skip
+    assert (tmp_path / "lora2" / "adapter_model.safetensors").is_file()
 
 
 def test_recipe_steps_report_bad_settings(capsys, tmp_path):

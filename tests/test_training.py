@@ -191,6 +191,39 @@ def test_lora_trains_only_the_adapter_and_gradient_checkpointing_runs(tmp_path, 
     assert torch.equal(base["model.layers.0.mlp.up_proj.weight"], merged["model.layers.0.mlp.up_proj.weight"])
 
 
+def test_a_second_round_keeps_training_the_round_one_adapter(tmp_path, trajectories):
+    """`--init_adapter` loads the round-1 LoRA trainable (its weights, not a fresh adapter) and trains it further;
+    an adapter of another rank or modules, or a run without use_peft, is refused by name."""
+    from hf_jacobi.training.scripts import TrainScriptArguments
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    first = JacobiForcingTrainer(
+        fresh_tiny_model("llama"), args=config(tmp_path / "r1"), train_dataset=trajectories,
+        processing_class=tiny_tokenizer(), peft_config=lora,
+    )  # fmt: skip
+    first.train()
+    first.save_model(str(tmp_path / "r1"))
+    round_one = {k: v.clone() for k, v in first.model.state_dict().items() if "lora_" in k}
+
+    args = TrainScriptArguments(init_adapter=str(tmp_path / "r1"))
+    model = args.continued_adapter(fresh_tiny_model("llama"), lora)
+    loaded = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+    assert loaded.keys() == round_one.keys() and all(torch.equal(loaded[k], round_one[k]) for k in loaded)
+    second = JacobiForcingTrainer(
+        model, args=config(tmp_path / "r2"), train_dataset=trajectories, processing_class=tiny_tokenizer()
+    )
+    second.train()
+    trained = {k: v for k, v in second.model.state_dict().items() if "lora_" in k}
+    assert trained.keys() == round_one.keys() and any(not torch.equal(trained[k], round_one[k]) for k in trained)
+
+    with pytest.raises(ValueError, match=r"has LoRA rank 4 on \['q_proj', 'v_proj'\], but the run asks for rank 8"):
+        args.continued_adapter(fresh_tiny_model("llama"), LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    with pytest.raises(ValueError, match="continues a LoRA adapter: set use_peft true"):
+        args.continued_adapter(fresh_tiny_model("llama"), None)
+    with pytest.raises(ValueError, match=r"is not a PEFT adapter folder \(missing \['adapter_config.json'"):
+        TrainScriptArguments(init_adapter=str(tmp_path)).continued_adapter(fresh_tiny_model("llama"), lora)
+
+
 class Interrupt(TrainerCallback):
     """Stops training after a step, as a killed job would (the checkpoint of that step is still written)."""
 

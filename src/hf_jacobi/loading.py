@@ -159,6 +159,13 @@ def process_state() -> PartialState:
 JACOBI_FORCING_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-jacobi-forcing"
 """The Jacobi Forcing adapter for the embedded model, shipped as package data (model card beside it)."""
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def missing_adapter_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The files of a PEFT adapter folder (as `hf-jacobi train` writes with use_peft) that `folder` lacks."""
+    return [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
+
+
 MAX_SHIPPED_BYTES = 25 * 1024**2
 
 
@@ -203,7 +210,7 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
     from .models import ModelNotAvailableError
 
     folder = Path(folder)
-    missing = [name for name in ADAPTER_FILES if not (folder / name).is_file()]
+    missing = missing_adapter_files(folder)
     if missing:
         raise ModelNotAvailableError(
             f"no Jacobi Forcing adapter in {folder} (missing {missing}); expected a PEFT adapter folder as "
@@ -237,7 +244,7 @@ def export_adapter(
     from .atomic import atomic_folder
 
     adapter = Path(adapter)
-    missing = [name for name in ADAPTER_FILES if not (adapter / name).is_file()]
+    missing = missing_adapter_files(adapter)
     if missing:
         raise ValueError(f"{adapter} is not a PEFT adapter folder (missing {missing})")
     size = sum((adapter / name).stat().st_size for name in ADAPTER_FILES)

@@ -20,7 +20,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from ..atomic import check_writable, staged_files, write_text
 from ..data.collection import collect_trajectories, load_trajectories, select_trajectories
 from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
-from ..loading import EMBEDDED, apply_adapter, load_model, process_state
+from ..loading import EMBEDDED, apply_adapter, load_model, missing_adapter_files, process_state
 from .config import JacobiForcingConfig
 from .trainer import JacobiForcingTrainer
 
@@ -109,6 +109,13 @@ class TrainScriptArguments:
         },
     )
     eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
+    init_adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "A LoRA adapter folder to keep training instead of a fresh adapter (with use_peft, the same rank "
+            "and target modules): a second round continues the round-1 adapter on the round-1 model's trajectories"
+        },
+    )
     heldout_prompts: str | None = field(
         default=None,
         metadata={"help": "A prompt source to measure held-out tokens per forward on during training (off if unset)."},
@@ -156,6 +163,26 @@ class TrainScriptArguments:
         return select_trajectories(
             dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
+
+    def continued_adapter(self, model, peft_config):
+        """`model` with `--init_adapter` loaded trainable, after checking it is the LoRA the run asks for: one adapter
+        trained over two rounds ships as one small file, where a second adapter on a merged first would not."""
+        from peft import PeftConfig, PeftModel
+
+        if peft_config is None:
+            raise ValueError(f"init_adapter={self.init_adapter!r} continues a LoRA adapter: set use_peft true.")
+        missing = missing_adapter_files(self.init_adapter)
+        if missing:
+            raise ValueError(f"init_adapter {self.init_adapter} is not a PEFT adapter folder (missing {missing}).")
+        saved = PeftConfig.from_pretrained(self.init_adapter)
+        wanted = (peft_config.r, set(peft_config.target_modules or ()))
+        found = (saved.r, set(saved.target_modules or ()))
+        if wanted != found:
+            raise ValueError(
+                f"init_adapter {self.init_adapter} has LoRA rank {found[0]} on {sorted(found[1])}, but the run asks "
+                f"for rank {wanted[0]} on {sorted(wanted[1])}; set lora_r and lora_target_modules to the adapter's."
+            )
+        return PeftModel.from_pretrained(model, self.init_adapter, is_trainable=True)
 
     def callback(self, tokenizer):
         """The held-out speed callback these settings ask for, or None."""
@@ -290,13 +317,16 @@ def run_train(argv: list[str]) -> int:
         split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
         dataset, eval_dataset = split["train"], split["test"]
     heldout = script_args.callback(tokenizer)
+    peft_config = get_peft_config(model_args)
+    if script_args.init_adapter is not None:
+        model, peft_config = script_args.continued_adapter(model, peft_config), None
     trainer = JacobiForcingTrainer(
         model,
         args=training_args,
         train_dataset=dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
+        peft_config=peft_config,
         callbacks=[heldout] if heldout is not None else None,
     )
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
