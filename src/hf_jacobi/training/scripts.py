@@ -85,6 +85,12 @@ class CollectArguments(PromptArguments):
         return name if self.adapter is None else f"{name} + {self.adapter}"
 
 
+def _lora_modules(config) -> set[str]:
+    """A LoRA config's target modules as a set; peft also takes one string (e.g. "all-linear")."""
+    modules = config.target_modules or ()
+    return {modules} if isinstance(modules, str) else set(modules)
+
+
 @dataclass
 class TrainScriptArguments:
     trajectories: list[str] = field(
@@ -175,8 +181,7 @@ class TrainScriptArguments:
         if missing:
             raise ValueError(f"init_adapter {self.init_adapter} is not a PEFT adapter folder (missing {missing}).")
         saved = PeftConfig.from_pretrained(self.init_adapter)
-        wanted = (peft_config.r, set(peft_config.target_modules or ()))
-        found = (saved.r, set(saved.target_modules or ()))
+        wanted, found = (peft_config.r, _lora_modules(peft_config)), (saved.r, _lora_modules(saved))
         if wanted != found:
             raise ValueError(
                 f"init_adapter {self.init_adapter} has LoRA rank {found[0]} on {sorted(found[1])}, but the run asks "
