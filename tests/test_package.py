@@ -75,3 +75,14 @@ def test_only_the_config_spells_jacobi_setting_names():
                 if text in names or text == "jacobi_" or any(f"{name}=" in text for name in names):
                     offenders.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
     assert not offenders, "jacobi_* names spelled outside decoding/config.py:\n" + "\n".join(offenders)
+
+
+def test_every_make_target_the_readme_names_exists():
+    """The README's commands are `make` targets; a renamed or removed target would leave a user a dead command."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    named = set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", (root / "README.md").read_text()))
+    defined = set(re.findall(r"^([a-z][a-z0-9-]*):", (root / "Makefile").read_text(), flags=re.MULTILINE))
+    assert named and named <= defined, f"README names make targets the Makefile lacks: {sorted(named - defined)}"
