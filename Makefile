@@ -106,7 +106,7 @@ jacobi-forcing-round2: setup
 		--output_file runs/smollm2-135m-jf/evaluate-round2.json
 
 # The shipped recipe on both committed trajectory folders (2,000 prompts: 1,776 `packages` + 224 `magpie`): about
-# 2.5 hours on one thread with nothing else running; resumes from its last checkpoint if stopped.
+# 2.5 hours on one thread or 1.5 hours on two with nothing else running; resumes from its last checkpoint if stopped.
 train-mixed: setup
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_mixed_lora.yaml --resume_from_checkpoint last
 
