@@ -224,6 +224,29 @@ def test_a_second_round_keeps_training_the_round_one_adapter(tmp_path, trajector
         TrainScriptArguments(init_adapter=str(tmp_path)).continued_adapter(fresh_tiny_model("llama"), lora)
 
 
+def test_train_refuses_an_adapter_it_cannot_continue_before_loading_the_model(tmp_path, trajectories, monkeypatch):
+    """The CLI checks `--init_adapter` against the run's LoRA settings before the base model loads (seconds on a
+    small model, minutes on a 7B one)."""
+    from hf_jacobi.training import scripts
+
+    data = tmp_path / "trajectories"
+    data.mkdir()
+    trajectories.to_parquet(str(data / "trajectories-r000-00000.parquet"))
+    adapter = tmp_path / "r1"
+    fresh_tiny_model("llama").save_pretrained(adapter)  # a model folder, not an adapter
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before --init_adapter was checked")
+
+    monkeypatch.setattr(scripts, "load_model_and_tokenizer", no_load)
+    argv = ["--trajectories", str(data), "--output_dir", str(tmp_path / "out"), "--use_cpu", "true",
+            "--report_to", "none", "--init_adapter", str(adapter)]  # fmt: skip
+    with pytest.raises(ValueError, match="continues a LoRA adapter: set use_peft true"):
+        scripts.run_train(argv)
+    with pytest.raises(ValueError, match=r"is not a PEFT adapter folder \(missing \['adapter_config.json'"):
+        scripts.run_train([*argv, "--use_peft", "true"])
+
+
 class Interrupt(TrainerCallback):
     """Stops training after a step, as a killed job would (the checkpoint of that step is still written)."""
 

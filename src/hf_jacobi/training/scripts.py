@@ -170,11 +170,13 @@ class TrainScriptArguments:
             dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
 
-    def continued_adapter(self, model, peft_config):
-        """`model` with `--init_adapter` loaded trainable, after checking it is the LoRA the run asks for: one adapter
+    def check_init_adapter(self, peft_config) -> None:
+        """Refuse an `--init_adapter` that is not the LoRA the run asks for, before the base model loads: one adapter
         trained over two rounds ships as one small file, where a second adapter on a merged first would not."""
-        from peft import PeftConfig, PeftModel
+        from peft import PeftConfig
 
+        if self.init_adapter is None:
+            return
         if peft_config is None:
             raise ValueError(f"init_adapter={self.init_adapter!r} continues a LoRA adapter: set use_peft true.")
         missing = missing_adapter_files(self.init_adapter)
@@ -187,6 +189,12 @@ class TrainScriptArguments:
                 f"init_adapter {self.init_adapter} has LoRA rank {found[0]} on {sorted(found[1])}, but the run asks "
                 f"for rank {wanted[0]} on {sorted(wanted[1])}; set lora_r and lora_target_modules to the adapter's."
             )
+
+    def continued_adapter(self, model, peft_config):
+        """`model` with the checked `--init_adapter` loaded trainable."""
+        from peft import PeftModel
+
+        self.check_init_adapter(peft_config)
         return PeftModel.from_pretrained(model, self.init_adapter, is_trainable=True)
 
     def callback(self, tokenizer):
@@ -312,8 +320,11 @@ def run_train(argv: list[str]) -> int:
     parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     check_writable(training_args.output_dir, folder=True, what="--output_dir")
-    # bad data, or a folder without the prompts asked for, is reported before the model loads
+    # bad data, a folder without the prompts asked for, or an adapter the run cannot continue is reported before the
+    # model loads
     dataset = script_args.load()
+    peft_config = get_peft_config(model_args)
+    script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
     eval_dataset = None
     if script_args.eval_fraction:
@@ -322,7 +333,6 @@ def run_train(argv: list[str]) -> int:
         split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
         dataset, eval_dataset = split["train"], split["test"]
     heldout = script_args.callback(tokenizer)
-    peft_config = get_peft_config(model_args)
     if script_args.init_adapter is not None:
         model, peft_config = script_args.continued_adapter(model, peft_config), None
     trainer = JacobiForcingTrainer(
