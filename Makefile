@@ -74,6 +74,16 @@ tune-cpu: setup
 
 # Jacobi Forcing end to end on the embedded model (collect, LoRA training, evaluation): about 10 minutes on 2 CPU cores.
 RECIPE := recipes/smollm2-135m/jacobi_forcing
+# Trajectory collection runs one single-thread process per CPU core (the ranks split the prompts and the merged
+# folder equals a one-process run's): on this 2-core machine two processes collect ~2x one multi-threaded process.
+# CPU_PROCS=1 runs one plain process, which is also what a GPU machine wants (CUDA stays hidden from the CPU ranks).
+CPU_PROCS ?= $(shell nproc 2>/dev/null || echo 1)
+ifeq ($(CPU_PROCS),1)
+COLLECT = $(BIN)/hf-jacobi collect
+else
+COLLECT = CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(CPU_PROCS) \
+	--num_machines 1 --mixed_precision no --dynamo_backend no -m hf_jacobi.cli collect
+endif
 recipe-cpu: setup
 	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect.yaml
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train.yaml
@@ -91,7 +101,7 @@ JF_RUN ?= runs/smollm2-135m-jf/lora-r16
 # CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
 JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4
 jacobi-forcing-cpu: setup
-	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
+	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories $(JF_TRAJ) --num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_RUN)
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN)
 	$(BIN)/hf-jacobi export-weights $(JF_RUN) $(JF_JACOBI)
@@ -100,7 +110,7 @@ jacobi-forcing-cpu: setup
 # (about 45 minutes on one thread, resumable), one more epoch of the same adapter on them (about 20 minutes), held-out
 # evaluation beside round 1. Nothing is exported: compare first.
 jacobi-forcing-round2: setup
-	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_round2.yaml
+	$(COLLECT) --config $(RECIPE)/collect_round2.yaml
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round2.yaml
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter runs/smollm2-135m-jf/lora-r16-round2 \
 		--output_file runs/smollm2-135m-jf/evaluate-round2.json
@@ -119,11 +129,11 @@ bench-jacobi-forcing: setup
 	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --output-dir docs/results/jacobi-forcing-cpu/bench-trained
 
 # Grow the committed trajectory folders (`packages` code requests, then `magpie` plain-language instructions): each run
-# resumes where the last one stopped, so stop it any time (Ctrl-C) and commit the folders. Hours on a CPU (~5-10
-# tokens/s per core at batch 8); in the background: `OMP_NUM_THREADS=1 nohup make collect-trajectories > collect.log &`.
+# resumes where the last one stopped, so stop it any time (Ctrl-C) and commit the folders. Hours on a CPU (~10
+# tokens/s per core at batch 8, one process per core); in the background: `nohup make collect-trajectories > collect.log &`.
 collect-trajectories: setup
-	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_packages.yaml
-	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect_magpie.yaml
+	$(COLLECT) --config $(RECIPE)/collect_packages.yaml
+	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
