@@ -9,7 +9,7 @@ STAMP := $(VENV)/.hf_jacobi-installed
 
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round2 bench-jacobi-forcing collect-trajectories \
-	train-mixed clean
+	train-mixed evaluate-mixed clean
 
 setup: $(STAMP)
 
@@ -92,7 +92,8 @@ recipe-cpu: setup
 		--output_file runs/smollm2-135m-jf/evaluate-held-out.json
 
 # The shipped Jacobi Forcing adapter, end to end: trajectories of the first JF_PROMPTS `packages` train prompts (resumed
-# into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch, about 40 minutes),
+# into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch, about 25 minutes
+# with one process per core on 2 cores),
 # LoRA training (about 15 minutes on 2 cores), held-out evaluation, export into src/hf_jacobi/weights/.
 JF_PROMPTS ?= 240
 JF_TRAJ ?= recipes/smollm2-135m/data/trajectories-packages
@@ -115,10 +116,25 @@ jacobi-forcing-round2: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter runs/smollm2-135m-jf/lora-r16-round2 \
 		--output_file runs/smollm2-135m-jf/evaluate-round2.json
 
-# The shipped recipe on both committed trajectory folders (2,000 prompts: 1,776 `packages` + 224 `magpie`): about
-# 2.5 hours on one thread or 1.5 hours on two with nothing else running; resumes from its last checkpoint if stopped.
+# The shipped recipe on both committed trajectory folders (2,000 prompts: 1,776 `packages` + 224 `magpie`): 77 minutes
+# on both cores of a quiet 2-core machine (9.2 s per step), about 2.5 hours on one thread; resumes from its last
+# checkpoint if stopped. Its held-out evaluation: `make evaluate-mixed`.
 train-mixed: setup
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_mixed_lora.yaml --resume_from_checkpoint last
+
+# The three held-out evaluations of the mixed run (16 `packages` test prompts; the 4 bench prompts at the shipped
+# default; 16 HumanEval problems with the canonical-solution NLL): about 20 minutes on 2 cores.
+MIXED := runs/smollm2-135m-jf/lora-r16-mixed
+JF_RESULTS := docs/results/jacobi-forcing-cpu
+evaluate-mixed: setup
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(MIXED) \
+		--output_file $(JF_RESULTS)/evaluate-lora-r16-mixed.json
+	$(BIN)/hf-jacobi evaluate --prompts packages --prompt_split test --num_prompts 4 --adapter $(MIXED) \
+		--settings recycling --block_size 8 --max_new_tokens 128 --batch_size 4 \
+		--output_file $(JF_RESULTS)/evaluate-bench-prompts-lora-r16-mixed.json
+	$(BIN)/hf-jacobi evaluate --prompts humaneval --num_prompts 16 --adapter $(MIXED) --settings plain recycling \
+		--block_size 8 --max_new_tokens 128 --batch_size 8 --humaneval_nll true \
+		--output_file $(JF_RESULTS)/evaluate-humaneval-lora-r16-mixed.json
 
 # Wall time of the untrained and the trained embedded model on held-out prompts (the first 4 `packages` test prompts,
 # 128 new tokens), greedy AR, AR with static cache + torch.compile, and the tuned Jacobi setting, 5 alternating rounds
