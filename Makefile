@@ -72,7 +72,6 @@ tune-cpu: setup
 	$(BIN)/hf-jacobi tune --output-dir runs/tuned-embedded --prompts 3 --max-new-tokens 48 --block-sizes 2 4 8 16 \
 		--num-blocks 1 --pool-sizes 0 4
 
-# Jacobi Forcing end to end on the embedded model (collect, LoRA training, evaluation): about 10 minutes on 2 CPU cores.
 RECIPE := recipes/smollm2-135m/jacobi_forcing
 # Trajectory collection runs one single-thread process per CPU core (the ranks split the prompts and the merged
 # folder equals a one-process run's): on this 2-core machine two processes collect ~2x one multi-threaded process.
@@ -84,6 +83,8 @@ else
 COLLECT = CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1 $(BIN)/accelerate launch --multi_gpu --num_processes $(CPU_PROCS) \
 	--num_machines 1 --mixed_precision no --dynamo_backend no -m hf_jacobi.cli collect
 endif
+
+# Jacobi Forcing end to end on the embedded model (collect, LoRA training, evaluation): about 10 minutes on 2 CPU cores.
 recipe-cpu: setup
 	$(BIN)/hf-jacobi collect --config $(RECIPE)/collect.yaml
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train.yaml
