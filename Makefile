@@ -97,6 +97,7 @@ recipe-cpu: setup
 # with one process per core on 2 cores),
 # LoRA training (about 15 minutes on 2 cores), held-out evaluation, export into src/hf_jacobi/weights/.
 JF_PROMPTS ?= 240
+JF_RESULTS := docs/results/jacobi-forcing-cpu
 JF_TRAJ ?= recipes/smollm2-135m/data/trajectories-packages
 JF_RUN ?= runs/smollm2-135m-jf/lora-r16
 # the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
@@ -126,7 +127,6 @@ train-mixed: setup
 # The three held-out evaluations of the mixed run (16 `packages` test prompts; the 4 bench prompts at the shipped
 # default; 16 HumanEval problems with the canonical-solution NLL): about 20 minutes on 2 cores.
 MIXED := runs/smollm2-135m-jf/lora-r16-mixed
-JF_RESULTS := docs/results/jacobi-forcing-cpu
 evaluate-mixed: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(MIXED) \
 		--output_file $(JF_RESULTS)/evaluate-lora-r16-mixed.json
@@ -142,8 +142,8 @@ evaluate-mixed: setup
 # each: about 25 minutes on 2 cores. Run it on a quiet machine.
 BENCH_JF = --task prompts --limit 4 --max-new-tokens 128 --rounds 5 --block-sizes 8 --variants recycling both
 bench-jacobi-forcing: setup
-	$(BIN)/hf-jacobi bench $(BENCH_JF) --output-dir docs/results/jacobi-forcing-cpu/bench-untrained
-	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --output-dir docs/results/jacobi-forcing-cpu/bench-trained
+	$(BIN)/hf-jacobi bench $(BENCH_JF) --output-dir $(JF_RESULTS)/bench-untrained
+	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --output-dir $(JF_RESULTS)/bench-trained
 
 # Grow the committed trajectory folders (`packages` code requests, then `magpie` plain-language instructions): each run
 # resumes where the last one stopped, so stop it any time (Ctrl-C) and commit the folders. Hours on a CPU (~10

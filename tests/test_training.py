@@ -4,6 +4,7 @@ test_training_losses.py."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import datasets
 import pytest
@@ -38,6 +39,13 @@ def trajectories(tmp_path_factory) -> datasets.Dataset:
         model, tiny_tokenizer(), tiny_prompts(4), folder, block_size=4, max_new_tokens=16, batch_size=2, progress=False
     )
     return load_trajectories(folder)
+
+
+def trajectory_folder(dataset: datasets.Dataset, folder: Path) -> Path:
+    """`dataset` written as a one-shard trajectory folder, as `hf-jacobi train --trajectories` reads it."""
+    folder.mkdir()
+    dataset.to_parquet(str(folder / "trajectories-r000-00000.parquet"))
+    return folder
 
 
 # --- collection ------------------------------------------------------------------------------------------------------
@@ -229,9 +237,7 @@ def test_train_refuses_an_adapter_it_cannot_continue_before_loading_the_model(tm
     small model, minutes on a 7B one)."""
     from hf_jacobi.training import scripts
 
-    data = tmp_path / "trajectories"
-    data.mkdir()
-    trajectories.to_parquet(str(data / "trajectories-r000-00000.parquet"))
+    data = trajectory_folder(trajectories, tmp_path / "trajectories")
     adapter = tmp_path / "r1"
     fresh_tiny_model("llama").save_pretrained(adapter)  # a model folder, not an adapter
 
