@@ -7,6 +7,7 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration, DynamicCache, GenerationConfig
 
 from hf_jacobi import JacobiConfig, enable_jacobi
+from hf_jacobi.decoding.cache import CACHE_ARGUMENT
 from tiny_models import random_prompts, tiny_model
 
 
@@ -71,10 +72,12 @@ def test_incompatible_generation_settings(model, prompt, kwargs, message):
         model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", **kwargs)
 
 
-def test_user_cache_is_rejected(model, prompt):
+@pytest.mark.parametrize("name", sorted({"past_key_values", CACHE_ARGUMENT}))
+def test_user_cache_is_rejected(model, prompt, name):
+    """Under either name the installed transformers accepts (5.24 renamed `past_key_values` to `cache`)."""
     ids, mask = prompt
-    with pytest.raises(ValueError, match="do not pass past_key_values"):
-        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", past_key_values=DynamicCache())
+    with pytest.raises(ValueError, match=r"do not pass `cache` \(or `past_key_values`\)"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", **{name: DynamicCache()})
 
 
 def test_attention_backend_without_4d_masks_is_rejected(prompt):

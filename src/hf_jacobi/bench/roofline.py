@@ -13,6 +13,7 @@ import statistics
 import torch
 from transformers import DynamicCache
 
+from ..decoding.cache import CACHE_ARGUMENT
 from .common import timed
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -22,7 +23,7 @@ DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 def timed_prefill(model, inputs: dict[str, torch.Tensor]) -> tuple[DynamicCache, float]:
     """A fresh cache filled with the prompt, and the seconds that took."""
     cache = DynamicCache()
-    _, seconds = timed(lambda: model(**inputs, past_key_values=cache, use_cache=True, logits_to_keep=1))
+    _, seconds = timed(lambda: model(**inputs, **{CACHE_ARGUMENT: cache}, use_cache=True, logits_to_keep=1))
     return cache, seconds
 
 
@@ -39,7 +40,7 @@ def block_forward_seconds(model, context: torch.Tensor, width: int, repeats: int
     block = context.repeat(1, width // context.shape[1] + 1)[:, :width]
     times = []
     for _ in range(repeats):
-        _, seconds = timed(lambda: model(input_ids=block, past_key_values=cache, use_cache=True, logits_to_keep=0))
+        _, seconds = timed(lambda: model(input_ids=block, **{CACHE_ARGUMENT: cache}, use_cache=True, logits_to_keep=0))
         cache.crop(-width)
         times.append(seconds)
     return statistics.median(times)

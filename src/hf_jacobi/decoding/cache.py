@@ -15,6 +15,22 @@ from transformers import DynamicCache
 from .masks import AttentionLayout, layer_masks
 
 
+def _cache_argument() -> str:
+    """The name under which this transformers passes a cache to `generate`'s model kwargs and to a model's forward.
+
+    transformers 5.24 renamed `past_key_values` to `cache` (the old name still warns its way through until 5.40, but
+    `generate` then prefers its own freshly made `cache` over one given as `past_key_values`), while 5.17-5.23 know
+    only `past_key_values`. Both are supported, so the name is read from the installed version, once.
+    """
+    from transformers.generation import utils
+
+    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
+CACHE_ARGUMENT = _cache_argument()
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+
 class KVSlots:
     """Validity and position of every cache slot, per row, kept in step with a `DynamicCache`.
 

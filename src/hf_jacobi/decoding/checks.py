@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, StaticCache
 
+from .cache import CACHE_ARGUMENTS
 from .config import JacobiConfig
 from .masks import SLIDING, AttentionLayout
 
@@ -48,14 +49,14 @@ def check_generation_config(model, generation_config: GenerationConfig, model_kw
     for flag in ("output_scores", "output_logits", "output_attentions", "output_hidden_states"):
         if getattr(generation_config, flag, False):
             raise ValueError(f"decoding='jacobi' does not return per-step tensors: {flag} must be False.")
-    cache = model_kwargs.get("past_key_values")
+    cache = next((model_kwargs[name] for name in CACHE_ARGUMENTS if model_kwargs.get(name) is not None), None)
     if generation_config.cache_implementation not in (None, "dynamic") or isinstance(cache, StaticCache):
         raise ValueError(
             "decoding='jacobi' needs a dynamic cache that can roll back rejected drafts; got "
             f"cache_implementation={generation_config.cache_implementation!r}. Accepted: None or 'dynamic'."
         )
     if cache is not None and getattr(cache, "_is_user_defined", False):
-        raise ValueError("decoding='jacobi' builds its own cache: do not pass past_key_values.")
+        raise ValueError("decoding='jacobi' builds its own cache: do not pass `cache` (or `past_key_values`).")
 
 
 def widest_forward(config: JacobiConfig, prompt_len: int, capacity: int) -> tuple[int, int]:

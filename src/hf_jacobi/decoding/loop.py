@@ -22,7 +22,7 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.streamers import BaseStreamer
 
 from .acceptance import AcceptanceRule, acceptance_rule
-from .cache import KVSlots
+from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
 from .chain import DraftChain
 from .checks import check_generation_config, check_memory
 from .config import JacobiConfig
@@ -147,8 +147,8 @@ def _step(
         input_ids=layout.tokens,
         attention_mask=slots.attention_mask(layout.visible, query_positions, model.dtype),
         position_ids=query_positions,
-        past_key_values=cache,
         use_cache=True,
+        **{CACHE_ARGUMENT: cache},
         **forward_kwargs,
     ).logits.float()
     lengths = [committed.prompt_len + len(row.generated) for row in running]
@@ -188,7 +188,9 @@ def _prefill(model, input_ids: torch.Tensor, generation_config: GenerationConfig
     if positions is None:
         positions = (valid.long().cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    model_kwargs["past_key_values"] = cache
+    for name in CACHE_ARGUMENTS:  # generate has already made a cache of its own under the current name
+        model_kwargs.pop(name, None)
+    model_kwargs[CACHE_ARGUMENT] = cache
     outputs = model._prefill(input_ids, generation_config, model_kwargs)
     if any(
         isinstance(layer, DynamicSlidingWindowLayer) or not isinstance(layer, DynamicLayer) for layer in cache.layers

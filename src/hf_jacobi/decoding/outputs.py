@@ -12,7 +12,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 class JacobiDecoderOnlyOutput(GenerateDecoderOnlyOutput):
     """A `GenerateDecoderOnlyOutput` that also says what each row cost.
 
-    `past_key_values` is None: the Jacobi cache holds rejected-draft slots and dropped rows, so it is not a cache
+    Its cache (`cache`, or `past_key_values` before transformers 5.24) is None: the Jacobi cache holds rejected-draft slots and dropped rows, so it is not a cache
     greedy decoding could continue from.
 
     Args:
