@@ -120,22 +120,27 @@ jacobi-forcing-round2: setup
 
 # The shipped recipe on both committed trajectory folders (2,000 prompts: 1,776 `packages` + 224 `magpie`): 77 minutes
 # on both cores of a quiet 2-core machine (9.2 s per step), about 2.5 hours on one thread; resumes from its last
-# checkpoint if stopped. Its held-out evaluation: `make evaluate-mixed`.
+# checkpoint if stopped. Its held-out evaluation: `make evaluate-mixed`. A variant of the recipe gets its own name and
+# flags, e.g. the stronger AR anchor of the study:
+#   make train-mixed evaluate-mixed MIXED_NAME=lora-r16-mixed-ar2 MIXED_FLAGS="--ar_loss_weight 2"
+MIXED_NAME ?= lora-r16-mixed
+MIXED_FLAGS ?=
+MIXED := runs/smollm2-135m-jf/$(MIXED_NAME)
 train-mixed: setup
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_mixed_lora.yaml --resume_from_checkpoint last
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train_mixed_lora.yaml --output_dir $(MIXED) $(MIXED_FLAGS) \
+		--resume_from_checkpoint last
 
 # The three held-out evaluations of the mixed run (16 `packages` test prompts; the 4 bench prompts at the shipped
 # default; 16 HumanEval problems with the canonical-solution NLL): about 20 minutes on 2 cores.
-MIXED := runs/smollm2-135m-jf/lora-r16-mixed
 evaluate-mixed: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(MIXED) \
-		--output_file $(JF_RESULTS)/evaluate-lora-r16-mixed.json
+		--output_file $(JF_RESULTS)/evaluate-$(MIXED_NAME).json
 	$(BIN)/hf-jacobi evaluate --prompts packages --prompt_split test --num_prompts 4 --adapter $(MIXED) \
 		--settings recycling --block_size 8 --max_new_tokens 128 --batch_size 4 \
-		--output_file $(JF_RESULTS)/evaluate-bench-prompts-lora-r16-mixed.json
+		--output_file $(JF_RESULTS)/evaluate-bench-prompts-$(MIXED_NAME).json
 	$(BIN)/hf-jacobi evaluate --prompts humaneval --num_prompts 16 --adapter $(MIXED) --settings plain recycling \
 		--block_size 8 --max_new_tokens 128 --batch_size 8 --humaneval_nll true \
-		--output_file $(JF_RESULTS)/evaluate-humaneval-lora-r16-mixed.json
+		--output_file $(JF_RESULTS)/evaluate-humaneval-$(MIXED_NAME).json
 
 # Wall time of the untrained and the trained embedded model on held-out prompts (the first 4 `packages` test prompts,
 # 128 new tokens), greedy AR, AR with static cache + torch.compile, and the tuned Jacobi setting, 5 alternating rounds
