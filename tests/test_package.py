@@ -86,3 +86,48 @@ def test_every_make_target_the_readme_names_exists():
     named = set(re.findall(r"\bmake ([a-z][a-z0-9-]*)", (root / "README.md").read_text()))
     defined = set(re.findall(r"^([a-z][a-z0-9-]*):", (root / "Makefile").read_text(), flags=re.MULTILINE))
     assert named and named <= defined, f"README names make targets the Makefile lacks: {sorted(named - defined)}"
+
+
+def test_wheel_ships_every_module_and_data_file(tmp_path):
+    """A wheel built from the source tree holds every module, the shipped adapter, the prompt sets and the model cards:
+    a subpackage or data folder left out of pyproject's lists would otherwise surface only on a user's install."""
+    import shutil
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    # a copy, so that no earlier build/ folder of the checkout (setuptools reuses its contents) can fill the gaps
+    tree = tmp_path / "tree"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("src", "model_cards"):
+        shutil.copytree(root / name, tree / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, tree / name)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(tree),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (wheel,) = tmp_path.glob("hf_jacobi-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    src = tree / "src"
+    expected = {
+        path.relative_to(src).as_posix()
+        for path in (src / "hf_jacobi").rglob("*")
+        if path.is_file() and path.suffix in {".py", ".parquet", ".md", ".json", ".safetensors"}
+    }
+    expected |= {f"hf_jacobi/model_cards/{path.name}" for path in (tree / "model_cards").glob("*.md")}
+    assert expected, "nothing found to check"
+    assert not expected - shipped, f"missing from the wheel: {sorted(expected - shipped)}"
