@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hf_jacobi.training.study import load_run, markdown_table, plot
+from hf_jacobi.training.study import chain_runs, load_run, markdown_table, plot
 
 
 def _write_run(folder, curve, in_checkpoint=False):
@@ -57,3 +57,28 @@ def test_the_study_command_writes_table_and_plot(tmp_path, capsys):
     assert (tmp_path / "report" / "study.png").is_file()
     assert main(["study", str(tmp_path / "nothing-here")]) == 1
     assert "holds no trainer_state.json" in capsys.readouterr().err
+
+
+def test_a_second_round_is_placed_after_the_round_it_continues(tmp_path, capsys):
+    from hf_jacobi.cli import main
+
+    _write_run(tmp_path / "round1", [(0, 0, 1.05, 1.8), (60, 1000, 1.15, 1.9)])
+    _write_run(tmp_path / "round2", [(0, 0, 1.15, 1.9), (60, 1200, 1.26, 2.0)])
+    _write_run(tmp_path / "round3", [(0, 0, 1.26, 2.0), (30, 500, 1.30, 2.1)])
+    runs = [load_run(tmp_path / name) for name in ("round3", "round1", "round2")]
+    third, first, second = chain_runs(runs, {"round2": "round1", "round3": "round2"})
+    assert first.series("plain")[0] == [0, 1000]
+    assert second.series("plain")[0] == [1000, 2200]
+    assert third.series("plain")[0] == [2200, 2700]
+    assert "| round3 | 30 | 2,200 + 500 |" in markdown_table([third])
+    with pytest.raises(ValueError, match=r"--continues names 'round9', not a run of this study; runs: \['round1'"):
+        chain_runs(runs, {"round9": "round1"})
+    with pytest.raises(ValueError, match="--continues makes a cycle: round1 -> round2 -> round1"):
+        chain_runs(runs, {"round1": "round2", "round2": "round1"})
+
+    folders = [str(tmp_path / name) for name in ("round1", "round2")]
+    out = ["--output-dir", str(tmp_path / "report")]
+    assert main(["study", *folders, *out, "--continues", "round2=round1"]) == 0
+    assert "| round2 | 60 | 1,000 + 1,200 |" in (tmp_path / "report" / "study.md").read_text()
+    assert main(["study", *folders, *out, "--continues", "round2"]) == 1
+    assert "--continues takes LATER=EARLIER (two run folder names), got 'round2'" in capsys.readouterr().err

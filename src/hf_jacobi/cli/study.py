@@ -11,11 +11,17 @@ from .common import CliError, writable_output
 
 def run_study_command(args: argparse.Namespace) -> int:
     """Reads each run's held-out curve, prints the table, writes study.md and study.png."""
-    from ..training.study import load_run, markdown_table, plot
+    from ..training.study import chain_runs, load_run, markdown_table, plot
 
     writable_output(args.output_dir, "--output-dir", folder=True)
+    continues = {}
+    for pair in args.continues:
+        later, sep, earlier = pair.partition("=")
+        if not sep or not later or not earlier:
+            raise CliError(f"--continues takes LATER=EARLIER (two run folder names), got {pair!r}")
+        continues[later] = earlier
     try:
-        runs = [load_run(folder) for folder in args.runs]
+        runs = chain_runs([load_run(folder) for folder in args.runs], continues)
     except (ValueError, FileNotFoundError) as error:
         raise CliError(str(error)) from error
     table = markdown_table(runs)
@@ -33,4 +39,12 @@ def add_parser(commands) -> None:
     parser.add_argument("runs", type=Path, nargs="+", help="training output folders (their trainer_state.json)")
     parser.add_argument("--output-dir", type=Path, default=Path("study"), help="where study.md / study.png go")
     parser.add_argument("--title", default="held-out tokens per forward", help="the plot's title")
+    parser.add_argument(
+        "--continues",
+        nargs="+",
+        default=[],
+        metavar="LATER=EARLIER",
+        help="runs that trained on from another's adapter (a second round): LATER's curve starts where EARLIER's "
+        "training tokens end (names are the run folders' names)",
+    )
     parser.set_defaults(handler=run_study_command)

@@ -8,7 +8,7 @@ tokens seen, one line per run and setting, so that runs of different lengths and
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .heldout import PREFIX, heldout_curve
@@ -19,10 +19,19 @@ TPF_SUFFIX = "_tokens_per_forward"
 
 @dataclass
 class RunCurve:
-    """One run's held-out measurements, in step order."""
+    """One run's held-out measurements, in step order.
+
+    `tokens_before` places a run that continued an earlier one (a second round starting from round 1's adapter) after
+    the tokens that earlier run trained on, so both rounds read on one training-tokens axis.
+    """
 
     name: str
     entries: list[dict]
+    tokens_before: int = 0
+
+    @property
+    def tokens_seen(self) -> int:
+        return self.tokens_before + self.entries[-1].get("num_input_tokens_seen", 0)
 
     @property
     def settings(self) -> list[str]:
@@ -31,7 +40,28 @@ class RunCurve:
 
     def series(self, setting: str) -> tuple[list[int], list[float]]:
         key = f"{PREFIX}/{setting}{TPF_SUFFIX}"
-        return [e.get("num_input_tokens_seen", 0) for e in self.entries], [e[key] for e in self.entries]
+        tokens = [self.tokens_before + e.get("num_input_tokens_seen", 0) for e in self.entries]
+        return tokens, [e[key] for e in self.entries]
+
+
+def chain_runs(runs: list[RunCurve], continues: dict[str, str]) -> list[RunCurve]:
+    """`runs` with each run named as a key of `continues` placed after the run named by its value (in any order of
+    the list, chains of rounds included); refuses unknown names and cycles."""
+    by_name = {run.name: run for run in runs}
+    for later, earlier in continues.items():
+        for name in (later, earlier):
+            if name not in by_name:
+                raise ValueError(f"--continues names {name!r}, not a run of this study; runs: {sorted(by_name)}")
+
+    def offset(name: str, seen: tuple[str, ...] = ()) -> int:
+        if name in seen:
+            raise ValueError(f"--continues makes a cycle: {' -> '.join((*seen, name))}")
+        if name not in continues:
+            return 0
+        earlier = by_name[continues[name]]
+        return offset(earlier.name, (*seen, name)) + earlier.entries[-1].get("num_input_tokens_seen", 0)
+
+    return [replace(run, tokens_before=offset(run.name)) for run in runs]
 
 
 def _state_file(folder: Path) -> Path:
@@ -68,7 +98,12 @@ def markdown_table(runs: list[RunCurve]) -> str:
                 return "-"
             return f"{format(first[key], spec)} -> {format(last[key], spec)}"
 
-        cells = [run.name, str(last["step"]), f"{last.get('num_input_tokens_seen', 0):,}"]
+        tokens = (
+            f"{run.tokens_seen:,}"
+            if not run.tokens_before
+            else f"{run.tokens_before:,} + {run.tokens_seen - run.tokens_before:,}"
+        )
+        cells = [run.name, str(last["step"]), tokens]
         cells += [change(f"{PREFIX}/{s}{TPF_SUFFIX}") for s in settings]
         cells += [change(f"{PREFIX}/distinct_3grams"), change(f"{PREFIX}/reference_nll")]
         lines.append("| " + " | ".join(cells) + " |")
@@ -83,10 +118,12 @@ def plot(runs: list[RunCurve], path: str | Path, title: str = "held-out tokens p
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
-    for run in runs:
-        for setting in run.settings:
-            tokens, tpf = run.series(setting)
-            axis.plot(tokens, tpf, marker="o", markersize=3, label=f"{run.name} ({setting})")
+    styles = ("-", "--", ":")  # matplotlib's colour cycle repeats after 10 lines; the style tells those apart
+    lines = [(run, setting) for run in runs for setting in run.settings]
+    for index, (run, setting) in enumerate(lines):
+        tokens, tpf = run.series(setting)
+        style = styles[(index // 10) % len(styles)]
+        axis.plot(tokens, tpf, style, marker="o", markersize=3, label=f"{run.name} ({setting})")
     axis.set_xlabel("training tokens seen")
     axis.set_ylabel("tokens per forward (held-out)")
     axis.set_title(title)
