@@ -98,6 +98,9 @@ recipe-cpu: setup
 # LoRA training (about 15 minutes on 2 cores), held-out evaluation, export into src/hf_jacobi/weights/.
 JF_PROMPTS ?= 240
 JF_RESULTS := docs/results/jacobi-forcing-cpu
+# the quality gate every candidate adapter passes through: 16 HumanEval chat problems at the shipped default's block
+# size, plain and recycling, with the NLL of the canonical solutions against the base model's
+HUMANEVAL_GATE := --prompts humaneval --num_prompts 16 --settings plain recycling --block_size 8 --max_new_tokens 128 --batch_size 8 --humaneval_nll true
 JF_TRAJ ?= recipes/smollm2-135m/data/trajectories-packages
 JF_RUN ?= runs/smollm2-135m-jf/lora-r16
 # the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
@@ -119,8 +122,7 @@ jacobi-forcing-round2: setup
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round2.yaml
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter runs/smollm2-135m-jf/lora-r16-round2 \
 		--output_file $(JF_RESULTS)/evaluate-lora-r16-round2.json
-	$(BIN)/hf-jacobi evaluate --prompts humaneval --num_prompts 16 --adapter runs/smollm2-135m-jf/lora-r16-round2 \
-		--settings plain recycling --block_size 8 --max_new_tokens 128 --batch_size 8 --humaneval_nll true \
+	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter runs/smollm2-135m-jf/lora-r16-round2 \
 		--output_file $(JF_RESULTS)/evaluate-humaneval-lora-r16-round2.json
 
 # The shipped recipe on both committed trajectory folders (2,000 prompts: 1,776 `packages` + 224 `magpie`): 77 minutes
@@ -143,8 +145,7 @@ evaluate-mixed: setup
 	$(BIN)/hf-jacobi evaluate --prompts packages --prompt_split test --num_prompts 4 --adapter $(MIXED) \
 		--settings recycling --block_size 8 --max_new_tokens 128 --batch_size 4 \
 		--output_file $(JF_RESULTS)/evaluate-bench-prompts-$(MIXED_NAME).json
-	$(BIN)/hf-jacobi evaluate --prompts humaneval --num_prompts 16 --adapter $(MIXED) --settings plain recycling \
-		--block_size 8 --max_new_tokens 128 --batch_size 8 --humaneval_nll true \
+	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter $(MIXED) \
 		--output_file $(JF_RESULTS)/evaluate-humaneval-$(MIXED_NAME).json
 
 # Wall time of the untrained and the trained embedded model on held-out prompts (the first 4 `packages` test prompts,

@@ -12,8 +12,8 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 class JacobiDecoderOnlyOutput(GenerateDecoderOnlyOutput):
     """A `GenerateDecoderOnlyOutput` that also says what each row cost.
 
-    Its cache (`cache`, or `past_key_values` before transformers 5.24) is None: the Jacobi cache holds rejected-draft slots and dropped rows, so it is not a cache
-    greedy decoding could continue from.
+    Its cache (`cache`, or `past_key_values` before transformers 5.24) is None: the Jacobi cache holds rejected-draft
+    slots and dropped rows, so it is not a cache greedy decoding could continue from.
 
     Args:
         forward_passes: LongTensor [batch]: decoding forwards each row took part in, prefill not included. Tokens per

@@ -30,8 +30,9 @@ class RunCurve:
     tokens_before: int = 0
 
     @property
-    def tokens_seen(self) -> int:
-        return self.tokens_before + self.entries[-1].get("num_input_tokens_seen", 0)
+    def tokens_trained(self) -> int:
+        """Tokens this run itself trained on, by its last measurement."""
+        return self.entries[-1].get("num_input_tokens_seen", 0)
 
     @property
     def settings(self) -> list[str]:
@@ -59,7 +60,7 @@ def chain_runs(runs: list[RunCurve], continues: dict[str, str]) -> list[RunCurve
         if name not in continues:
             return 0
         earlier = by_name[continues[name]]
-        return offset(earlier.name, (*seen, name)) + earlier.entries[-1].get("num_input_tokens_seen", 0)
+        return offset(earlier.name, (*seen, name)) + earlier.tokens_trained
 
     return [replace(run, tokens_before=offset(run.name)) for run in runs]
 
@@ -98,11 +99,7 @@ def markdown_table(runs: list[RunCurve]) -> str:
                 return "-"
             return f"{format(first[key], spec)} -> {format(last[key], spec)}"
 
-        tokens = (
-            f"{run.tokens_seen:,}"
-            if not run.tokens_before
-            else f"{run.tokens_before:,} + {run.tokens_seen - run.tokens_before:,}"
-        )
+        tokens = f"{run.tokens_before:,} + {run.tokens_trained:,}" if run.tokens_before else f"{run.tokens_trained:,}"
         cells = [run.name, str(last["step"]), tokens]
         cells += [change(f"{PREFIX}/{s}{TPF_SUFFIX}") for s in settings]
         cells += [change(f"{PREFIX}/distinct_3grams"), change(f"{PREFIX}/reference_nll")]
