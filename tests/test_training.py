@@ -152,6 +152,60 @@ def test_trainer_logs_both_losses_and_updates_the_model(tmp_path, trajectories):
     assert evaluated["eval_loss"] == pytest.approx(evaluated["eval_consistency_loss"] + evaluated["eval_ar_loss"])
 
 
+def _divergence_from(base, model, trajectories) -> float:
+    """Mean KL(base || model) of the next-token distributions over the trajectories' prompt + answer tokens."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row in trajectories:
+            ids = torch.tensor([row["prompt_ids"] + row["completion_ids"]])
+            p = base(ids).logits.log_softmax(-1)
+            q = model(ids).logits.log_softmax(-1)
+            total += torch.nn.functional.kl_div(q, p, log_target=True, reduction="sum").item()
+            count += ids.shape[1]
+    return total / count
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_the_base_kl_anchor_holds_the_model_to_its_distribution_before_training(tmp_path, trajectories, lora):
+    """The anchor is 0 at the first step (the model is its base), enters the loss with its weight, leaves the base
+    untouched (frozen copy, or the adapter switched off), and keeps the trained model closer to the base than the same
+    run without it."""
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+
+    def train(weight: float):
+        model = fresh_tiny_model("llama")
+        trainer = JacobiForcingTrainer(
+            model,
+            args=config(tmp_path / str(weight), max_steps=8, learning_rate=1e-2, base_kl_weight=weight),
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+            peft_config=peft_config if lora else None,
+        )
+        trainer.train()
+        return trainer
+
+    anchored, free = train(10.0), train(0.0)
+    history = [h for h in anchored.state.log_history if "base_kl" in h]
+    assert len(history) == 8 and history[0]["base_kl"] == pytest.approx(0.0, abs=1e-6) and history[-1]["base_kl"] > 0
+    first = history[0]
+    assert first["loss"] == pytest.approx(
+        first["consistency_loss"] + first["ar_loss"] + 10 * first["base_kl"], rel=1e-4
+    )
+    assert not any("base_kl" in h for h in free.state.log_history)
+    base = fresh_tiny_model("llama").eval()
+    if lora:
+        assert anchored._frozen_base is None  # no copy: the adapter is switched off
+        with anchored.model.disable_adapter():
+            assert _divergence_from(base, anchored.model, trajectories) == 0
+    else:
+        frozen = anchored._frozen_base.state_dict()
+        assert frozen.keys() == base.state_dict().keys()
+        assert all(torch.equal(value, frozen[name]) for name, value in base.state_dict().items())
+    near = _divergence_from(base, anchored.model.eval(), trajectories)
+    far = _divergence_from(base, free.model.eval(), trajectories)
+    assert 0 < near < far / 2
+
+
 def test_the_collator_is_built_from_the_config_or_taken_as_given(tmp_path, trajectories):
     tokenizer = tiny_tokenizer()
     tokenizer.pad_token = None  # the EOS token pads then, as in SFTTrainer
@@ -292,6 +346,8 @@ def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
         config(tmp_path, noise_schedule="linear")
     with pytest.raises(ValueError, match="consistency_normalization"):
         config(tmp_path, consistency_normalization="sum")
+    with pytest.raises(ValueError, match=r"base_kl_weight must be >= 0 \(0 turns the anchor off\), got -1"):
+        config(tmp_path, base_kl_weight=-1)
     with pytest.raises(ValueError, match="remove_unused_columns"):
         config(tmp_path, remove_unused_columns=True)
     with pytest.raises(ValueError, match="lacks the trajectory columns"):

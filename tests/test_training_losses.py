@@ -10,7 +10,7 @@ import torch
 
 from hf_jacobi import JacobiForcingTrainer
 from hf_jacobi.data.packing import IGNORE_INDEX
-from hf_jacobi.training.losses import LossItems, ar_loss, consistency_loss
+from hf_jacobi.training.losses import LossItems, ar_loss, base_kl_loss, consistency_loss
 from test_training import config
 from test_training_data import trajectory
 from tiny_models import fresh_tiny_model, tiny_tokenizer
@@ -51,6 +51,20 @@ def test_ar_loss_by_hand():
     assert ar_loss(logits, torch.full_like(targets, IGNORE_INDEX)).item() == 0
     # under gradient accumulation the sum is divided by the targets of the whole accumulated batch
     assert ar_loss(logits, targets, num_items=5).item() == pytest.approx((math.log(2) + math.log(3)) / 5)
+
+
+def test_base_kl_loss_by_hand():
+    # KL(base || model) at the targeted tokens only, divided like the AR loss; gradients reach the model only
+    logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1], [0.25, 0.75]]])).requires_grad_(True)
+    base = torch.log(torch.tensor([[[0.75, 0.25], [0.5, 0.5], [0.25, 0.75]]])).requires_grad_(True)
+    targets = torch.tensor([[4, IGNORE_INDEX, 1]])
+    kl_0 = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert base_kl_loss(logits, base, targets).item() == pytest.approx(kl_0 / 2)  # token 2: the same distribution
+    assert base_kl_loss(logits, base, targets, num_items=4).item() == pytest.approx(kl_0 / 4)
+    assert base_kl_loss(logits, logits, targets).item() == pytest.approx(0.0, abs=1e-7)
+    assert base_kl_loss(logits, base, torch.full_like(targets, IGNORE_INDEX)).item() == 0
+    base_kl_loss(logits, base, targets).backward()
+    assert base.grad is None and logits.grad[0, 0].abs().sum() > 0 and logits.grad[0, 1].abs().sum() == 0
 
 
 def test_loss_items_count_targets_and_blocks_or_students_over_all_micro_batches():

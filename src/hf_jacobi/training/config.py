@@ -30,6 +30,11 @@ class JacobiForcingConfig(SFTConfig):
         ar_loss_weight (`float`, *optional*, defaults to `1.0`):
             Weight lambda of the autoregressive loss: total = consistency + lambda * AR. The reference uses 1 in one
             trainer and 10 in another.
+        base_kl_weight (`float`, *optional*, defaults to `0.0`):
+            Weight of KL(base || model) at the tokens the AR loss covers, where "base" is the model before this run
+            (the adapter switched off for LoRA, a frozen copy for full fine-tuning). The AR loss keeps the greedy
+            answer; this keeps the rest of the distribution, i.e. the NLL of text the model did not write. Costs one
+            more forward (without gradient) per micro-batch, and for full fine-tuning a second copy of the weights.
         consistency_normalization (`str`, *optional*, defaults to `"blocks"`):
             "blocks": average over each block's noisy tokens, then over blocks (the paper's); "tokens": average over
             all noisy tokens.
@@ -44,6 +49,10 @@ class JacobiForcingConfig(SFTConfig):
     noise_window: int = field(default=16, metadata={"help": "Window of the noise schedule, in blocks."})
     ar_loss_weight: float = field(
         default=1.0, metadata={"help": "Weight of the AR loss: total = consistency + ar_loss_weight * AR."}
+    )
+    base_kl_weight: float = field(
+        default=0.0,
+        metadata={"help": "Weight of KL(base || model) at the AR loss's tokens: holds the untrained distribution."},
     )
     consistency_normalization: str = field(
         default="blocks",
@@ -82,6 +91,8 @@ class JacobiForcingConfig(SFTConfig):
             )
         if not self.ar_loss_weight >= 0:
             raise ValueError(f"ar_loss_weight must be >= 0, got {self.ar_loss_weight!r}.")
+        if not self.base_kl_weight >= 0:
+            raise ValueError(f"base_kl_weight must be >= 0 (0 turns the anchor off), got {self.base_kl_weight!r}.")
         if self.remove_unused_columns:
             raise ValueError(
                 "remove_unused_columns=True would drop the trajectory columns the Jacobi Forcing collator reads; "

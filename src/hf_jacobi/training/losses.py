@@ -1,9 +1,13 @@
-"""The two Jacobi Forcing losses, computed from one forward over a packed batch.
+"""The Jacobi Forcing losses, computed from one forward over a packed batch (and an optional anchor to the base model).
 
 Consistency pulls the prediction at each noisy token (from its block's first wrong token on) towards the prediction
 at the clean token of the same position, taken from the same forward and detached: the teacher is the model's own
 autoregressive view, so the student learns to jump from a noisy block to the fixed point. The autoregressive loss on
 the clean tokens keeps the model's greedy output (what Jacobi decoding returns, losslessly) from drifting.
+
+The AR loss holds only the argmax: trained on its own greedy answers the model grows sharper on them and less likely
+on text it did not write (the NLL of human-written code rises). `base_kl_loss` holds the whole next-token
+distribution at the same tokens to the untrained model's, which is what keeps that quality.
 
 Each loss is a sum over its items divided by a count of items. With gradient accumulation the count is taken over the
 whole accumulated batch (`LossItems.count`), as transformers and TRL do for their token losses: dividing each
@@ -91,6 +95,27 @@ def ar_loss(logits: torch.Tensor, targets: torch.Tensor, num_items: torch.Tensor
     total = F.cross_entropy(
         logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
     )
+    return total / _divisor(num_items, int(targeted.sum()))
+
+
+def base_kl_loss(
+    logits: torch.Tensor,
+    base_logits: torch.Tensor,
+    targets: torch.Tensor,
+    num_items: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """KL(base || model) of the next-token distributions at the tokens the AR loss covers (`targets` set), summed and
+    divided by `num_items` (the AR loss's count over the accumulated batch; None counts this batch's).
+
+    The direction is the distillation one: it is large where the base model puts mass the trained model dropped, which
+    is what raises the NLL of text the model did not write itself.
+    """
+    targeted = targets != IGNORE_INDEX
+    if not targeted.any():
+        return logits.sum() * 0.0
+    student = logits[targeted].float().log_softmax(-1)
+    base = base_logits[targeted].detach().float().log_softmax(-1)
+    total = F.kl_div(student, base, log_target=True, reduction="sum")
     return total / _divisor(num_items, int(targeted.sum()))
 
 

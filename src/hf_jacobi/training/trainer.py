@@ -3,17 +3,22 @@
 Everything SFTTrainer offers (LoRA through `peft_config`, gradient checkpointing, accelerate/DeepSpeed/FSDP, resume,
 Hub push with a generated model card) is kept; the trainer only swaps the collator for one that packs noisy and clean
 blocks, builds the noise-aware mask its model reads, and replaces the loss with the paper's two-term loss, both terms
-computed in one forward and normalized over the whole accumulated batch.
+computed in one forward and normalized over the whole accumulated batch; an optional third term (`base_kl_weight`)
+holds the distribution to the model's own before training, read from a second forward without gradient.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import datasets
 import torch
+from peft import PeftModel
 from transformers import AutoTokenizer, TrainerCallback
 from trl import SFTTrainer
 from trl.trainer.utils import get_config_model_id
@@ -26,7 +31,7 @@ from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, usable_trajectories
-from .losses import LossItems, ar_loss, consistency_loss
+from .losses import LossItems, ar_loss, base_kl_loss, consistency_loss
 
 
 class JacobiForcingTrainer(SFTTrainer):
@@ -100,6 +105,14 @@ class JacobiForcingTrainer(SFTTrainer):
             **kwargs,
         )
         self.noise_aware_mask = NoiseAwareMask.for_model(self.model)
+        # The base of the KL anchor: a LoRA run switches its adapter off (no copy); a full fine-tune keeps a frozen
+        # copy of the weights it starts from.
+        self._frozen_base = None
+        if args.base_kl_weight > 0 and not isinstance(self.model, PeftModel):
+            self._frozen_base = copy.deepcopy(self.model).eval().requires_grad_(False)
+            # SFTTrainer binds a patched forward (its fused LM head) to the model instance, closing over the original
+            # model's bound forward: the copy would keep that closure and run the weights being trained.
+            vars(self._frozen_base).pop("forward", None)
         sizes = collections.Counter(train_dataset["block_size"])
         self._trained_block_size = sizes.most_common(1)[0][0]
 
@@ -133,11 +146,21 @@ class JacobiForcingTrainer(SFTTrainer):
             items.consistency if items is not None else None,
         )
         autoregressive = ar_loss(outputs.logits, ar_targets, items.ar if items is not None else None)
+        anchor = None
+        if self.args.base_kl_weight > 0:
+            with torch.no_grad(), self._base_model(model) as base:
+                base_logits = base(**inputs, use_cache=False).logits
+            anchor = base_kl_loss(outputs.logits, base_logits, ar_targets, items.ar if items is not None else None)
+            del base_logits
         if items is not None and self.args.average_tokens_across_devices:
             # The counts cover every process and DDP averages the gradients over processes: scale back to a sum.
             consistency = consistency * self.accelerator.num_processes
             autoregressive = autoregressive * self.accelerator.num_processes
+            if anchor is not None:
+                anchor = anchor * self.accelerator.num_processes
         loss = consistency + self.args.ar_loss_weight * autoregressive
+        if anchor is not None:
+            loss = loss + self.args.base_kl_weight * anchor
 
         # Each micro-batch holds a share of its step's loss: logged x the micro-batches, their mean is the step's.
         shares = self.current_gradient_accumulation_steps if items is not None else 1
@@ -145,11 +168,24 @@ class JacobiForcingTrainer(SFTTrainer):
         metrics = self._metrics[mode]
         metrics["consistency_loss"].append(gather(consistency.detach()).mean().item() * shares)
         metrics["ar_loss"].append(gather(autoregressive.detach()).mean().item() * shares)
+        if anchor is not None:
+            metrics["base_kl"].append(gather(anchor.detach()).mean().item() * shares)
         metrics["noisy_tokens"].append(gather((teacher_index != NO_TEACHER).sum()).float().mean().item())
         if mode == "train":
             self._total_train_tokens += gather((segment_ids != Segment.PADDING).sum()).sum().item()
             metrics["num_tokens"] = [self._total_train_tokens]
         return (loss, outputs) if return_outputs else loss
+
+    @contextlib.contextmanager
+    def _base_model(self, model) -> Iterator[torch.nn.Module]:
+        """The model as it was before this run, for the KL anchor: the frozen copy, or the (unwrapped) PEFT model with
+        its adapter switched off for the duration."""
+        if self._frozen_base is not None:
+            yield self._frozen_base
+            return
+        peft_model = self.accelerator.unwrap_model(model)
+        with peft_model.disable_adapter():
+            yield peft_model
 
     def create_model_card(
         self,
@@ -200,7 +236,8 @@ class JacobiForcingTrainer(SFTTrainer):
         args = self.args
         lines = [
             f"noise schedule `{args.noise_schedule}` (window {args.noise_window}), AR loss weight {args.ar_loss_weight}, "
-            f"consistency normalized per {args.consistency_normalization}",
+            f"consistency normalized per {args.consistency_normalization}"
+            + (f", KL to the base model weight {args.base_kl_weight}" if args.base_kl_weight > 0 else ""),
             f"learning rate {args.learning_rate} ({args.lr_scheduler_type}, warmup ratio {args.warmup_ratio}), "
             f"{args.num_train_epochs} epochs, batch {args.per_device_train_batch_size} x "
             f"{args.gradient_accumulation_steps} accumulation x {args.world_size} processes, max length {args.max_length}",
