@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from transformers import GenerationConfig
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.bench.roofline import interpolate_cost, roofline_knee
@@ -103,6 +104,24 @@ def test_candidates_name_bad_settings_before_measuring():
     with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1, got 0"):
         candidate_grid([0, 4], [1], [0])
     assert str(Candidate(16, 2, 4)) == "n=16 K=2 pool=4" and Candidate(16, 2, 4).config.num_blocks == 2
+    with pytest.raises(ValueError, match="jacobi_verify_size must be an integer >= 1, got 0"):
+        candidate_grid([8], [1], [4], verify_sizes=[0])
+
+
+def test_the_grid_varies_verify_and_ngram_sizes_only_where_the_pool_is_on():
+    grid = candidate_grid([8], [1], [0, 2], verify_sizes=[None, 1, 4], ngram_sizes=[None, 3])
+    assert grid == [
+        Candidate(8, 1, 0),
+        Candidate(8, 1, 2, None, None),
+        Candidate(8, 1, 2, None, 3),
+        Candidate(8, 1, 2, 1, None),
+        Candidate(8, 1, 2, 1, 3),
+    ]  # V=4 verifies no more than a pool of 2 holds per key: left out
+    narrow = Candidate(8, 1, 4, verify_size=2, ngram_size=3)
+    assert str(narrow) == "n=8 K=1 pool=4 V=2 ngram=3"
+    assert (narrow.config.candidates_per_step, narrow.config.candidate_length) == (2, 3)
+    written = write_generation_config(GenerationConfig(), narrow)
+    assert JacobiConfig.from_generation_config(written) == narrow.config
 
 
 def test_tune_times_greedy_and_finalists_alternately_and_decides_on_medians():

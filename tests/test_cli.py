@@ -280,6 +280,15 @@ def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_pat
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
 
+@pytest.mark.parametrize("flag", ["--verify-sizes", "--ngram-sizes"])
+def test_tune_rejects_bad_candidate_sizes(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["tune", "--output-dir", "unused", flag, "default", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and "'0' is not an integer >= 1 or 'default'" in err
+
+
 def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
     out_dir = tmp_path / "tuned"
     argv = ["tune", "--model", str(tiny_checkpoint), "--output-dir", str(out_dir), "--prompts", "2"]
@@ -293,6 +302,12 @@ def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Pat
         "1",
         "--pool-sizes",
         "0",
+        "2",
+        "--verify-sizes",
+        "default",
+        "1",
+        "--ngram-sizes",
+        "2",
         "--repeats",
         "1",
     ]
@@ -306,7 +321,9 @@ def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Pat
         assert (
             config["jacobi_block_size"] == report["choice"]["block_size"] and report["choice"]["measured_speedup"] > 1
         )
-    assert len(report["acceptance"]) == 2 and "1" in report["roofline_seconds"]
+    # per block size: no pool, and pool 2 with V = the pool size or 1, candidates of 2 tokens
+    assert len(report["acceptance"]) == 6 and "1" in report["roofline_seconds"]
+    assert {(a["verify_size"], a["ngram_size"]) for a in report["acceptance"]} == {(None, None), (None, 2), (1, 2)}
     assert not (tiny_checkpoint / "jacobi_tune.json").exists()
 
 

@@ -35,11 +35,18 @@ TUNE_REPORT = "jacobi_tune.json"
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the grid tune searches: the three settings that trade forward width against acceptance."""
+    """One point of the grid tune searches: the settings that trade forward width against acceptance.
+
+    With recycling, the candidates verified per step (`verify_size`, V) and their length (`ngram_size`) set most of the
+    forward's width (V n-grams of n - 1 tokens each by default): where wide forwards cost (a CPU), fewer or shorter
+    candidates can keep most of the recycled tokens for a fraction of the width. None keeps JacobiConfig's default.
+    """
 
     block_size: int
     num_blocks: int = 1
     ngram_pool_size: int = 0
+    verify_size: int | None = None
+    ngram_size: int | None = None
 
     def __post_init__(self) -> None:
         self.config  # noqa: B018 -- bad values are named here, before any measuring starts
@@ -49,13 +56,33 @@ class Candidate:
         return JacobiConfig(**asdict(self))
 
     def __str__(self) -> str:
-        return f"n={self.block_size} K={self.num_blocks} pool={self.ngram_pool_size}"
+        text = f"n={self.block_size} K={self.num_blocks} pool={self.ngram_pool_size}"
+        if self.verify_size is not None:
+            text += f" V={self.verify_size}"
+        if self.ngram_size is not None:
+            text += f" ngram={self.ngram_size}"
+        return text
 
 
 def candidate_grid(
-    block_sizes=DEFAULT_BLOCK_SIZES, num_blocks=DEFAULT_NUM_BLOCKS, pool_sizes=DEFAULT_POOL_SIZES
+    block_sizes=DEFAULT_BLOCK_SIZES,
+    num_blocks=DEFAULT_NUM_BLOCKS,
+    pool_sizes=DEFAULT_POOL_SIZES,
+    verify_sizes=(None,),
+    ngram_sizes=(None,),
 ) -> list[Candidate]:
-    return [Candidate(b, k, p) for b, k, p in itertools.product(block_sizes, num_blocks, pool_sizes)]
+    """Every combination; verify and n-gram sizes only vary where the pool is on (they mean nothing without it), and
+    a verify size above the pool size is left out (it verifies no more than the pool holds per key)."""
+    grid = []
+    for block, blocks, pool in itertools.product(block_sizes, num_blocks, pool_sizes):
+        if pool == 0:
+            grid.append(Candidate(block, blocks, pool))
+            continue
+        for verify, ngram in itertools.product(verify_sizes, ngram_sizes):
+            if verify is not None and verify > pool:
+                continue
+            grid.append(Candidate(block, blocks, pool, verify, ngram))
+    return list(dict.fromkeys(grid))
 
 
 @dataclass

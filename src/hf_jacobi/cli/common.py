@@ -73,6 +73,13 @@ def positive_int(value: str) -> int:
     return _parsed(value, int, "an integer >= 1", lambda n: n >= 1)
 
 
+def optional_positive_int(value: str) -> int | None:
+    """An integer >= 1, or 'default' (None: the setting's own default)."""
+    if value == "default":
+        return None
+    return _parsed(value, int, "an integer >= 1 or 'default'", lambda n: n >= 1)
+
+
 def non_negative_int(value: str) -> int:
     return _parsed(value, int, "an integer >= 0", lambda n: n >= 0)
 

@@ -18,6 +18,7 @@ from .common import (
     load_model,
     load_source_prompts,
     non_negative_int,
+    optional_positive_int,
     positive_int,
     writable_output,
 )
@@ -82,7 +83,9 @@ def run_tune_command(args: argparse.Namespace) -> int:
         )
     target = writable_output(*((args.output_dir, "--output-dir") if args.output_dir else (args.model, "--model")))
     try:
-        candidates = tune.candidate_grid(args.block_sizes, args.num_blocks, args.pool_sizes)
+        candidates = tune.candidate_grid(
+            args.block_sizes, args.num_blocks, args.pool_sizes, args.verify_sizes, args.ngram_sizes
+        )
     except ValueError as error:
         raise CliError(str(error)) from error
     prompt_rows = load_source_prompts(args, skip=args.skip_prompts)  # before a model is loaded
@@ -121,6 +124,20 @@ def add_parser(commands) -> None:
     tune.add_argument("--block-sizes", type=positive_int, nargs="+", default=list(DEFAULT_BLOCK_SIZES))
     tune.add_argument("--num-blocks", type=positive_int, nargs="+", default=list(DEFAULT_NUM_BLOCKS))
     tune.add_argument("--pool-sizes", type=non_negative_int, nargs="+", default=list(DEFAULT_POOL_SIZES))
+    tune.add_argument(
+        "--verify-sizes",
+        type=optional_positive_int,
+        nargs="+",
+        default=[None],
+        help="candidate n-grams verified per step, for settings with a pool ('default': the pool size)",
+    )
+    tune.add_argument(
+        "--ngram-sizes",
+        type=optional_positive_int,
+        nargs="+",
+        default=[None],
+        help="tokens per candidate n-gram, for settings with a pool ('default': block size - 1)",
+    )
     tune.add_argument("--repeats", type=positive_int, default=5, help="timed repeats per roofline point (default 5)")
     tune.add_argument(
         "--rounds",
