@@ -98,3 +98,28 @@ def test_ddp_over_two_processes_matches_one_process_with_the_same_global_batch(w
         assert _losses(workspace / run) == pytest.approx(reference, rel=1e-5), run
         for name, tensor in load_file(workspace / run / "model.safetensors").items():
             torch.testing.assert_close(tensor, weights[name], msg=f"{run}: {name}")
+
+
+def test_the_base_kl_anchor_of_a_lora_run_is_the_same_over_two_processes(workspace):
+    """With DDP the trainer reads the base through the wrapped model (adapter switched off on the unwrapped one): the
+    anchor and the adapter come out as in one process with the same global batch."""
+    common = ["train", "--model_name_or_path", str(workspace / "model"), "--trajectories", str(workspace / "single")]
+    lora = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj",
+            "--lora_dropout", "0", "--base_kl_weight", "5"]  # fmt: skip
+    _launch_two([*common, *TRAIN, *lora, "--per_device_train_batch_size", "1", "--output_dir", str(workspace / "kl2")])
+    assert (
+        main([*common, *TRAIN, *lora, "--per_device_train_batch_size", "2", "--output_dir", str(workspace / "kl1")])
+        == 0
+    )
+
+    def anchors(output: Path) -> list[float]:
+        state = json.loads((output / "checkpoint-3" / "trainer_state.json").read_text())
+        return [entry["base_kl"] for entry in state["log_history"] if "base_kl" in entry]
+
+    reference = anchors(workspace / "kl1")
+    assert len(reference) == 3 and reference[0] == pytest.approx(0, abs=1e-7) and reference[-1] > 0
+    assert anchors(workspace / "kl2") == pytest.approx(reference, rel=1e-4)
+    assert _losses(workspace / "kl2") == pytest.approx(_losses(workspace / "kl1"), rel=1e-5)
+    adapter = load_file(workspace / "kl1" / "adapter_model.safetensors")
+    for name, tensor in load_file(workspace / "kl2" / "adapter_model.safetensors").items():
+        torch.testing.assert_close(tensor, adapter[name], msg=name)
