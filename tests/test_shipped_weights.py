@@ -65,6 +65,18 @@ def test_the_export_command_and_the_flag_outside_the_embedded_model(tmp_path, tr
     )
     assert "Jacobi defaults: block 8" in capsys.readouterr().out
     assert (tmp_path / "w" / "adapter_model.safetensors").is_file()
+    narrow = ["--block-size", "8", "--ngram-pool-size", "4", "--verify-size", "2", "--ngram-size", "3"]
+    assert main(["export-weights", str(trained_adapter[0]), "--output-dir", str(tmp_path / "w"), *narrow]) == 0
+    assert "block 8, pool 4, 2 verified per step, 3-token candidates" in capsys.readouterr().out
+    written = JacobiConfig.from_generation_config(
+        apply_adapter(fresh_tiny_model("llama"), tmp_path / "w").generation_config
+    )
+    assert (written.candidates_per_step, written.candidate_length) == (2, 3)
+    assert (
+        main(["export-weights", str(trained_adapter[0]), "--output-dir", str(tmp_path / "w"), "--verify-size", "2"])
+        == 1
+    )
+    assert "jacobi_verify_size=2 has no effect without recycling" in capsys.readouterr().err
     assert main(["export-weights", str(tmp_path / "missing"), "--output-dir", str(tmp_path / "w2")]) == 1
     assert "is not a PEFT adapter folder" in capsys.readouterr().err
     fresh_tiny_model("llama").save_pretrained(tmp_path / "ck")

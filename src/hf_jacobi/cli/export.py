@@ -19,8 +19,14 @@ def run_export_command(args: argparse.Namespace) -> int:
 
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
     writable_output(target, "--output-dir", folder=True)
-    jacobi = JacobiConfig(block_size=args.block_size, num_blocks=args.num_blocks, ngram_pool_size=args.ngram_pool_size)
     try:
+        jacobi = JacobiConfig(
+            block_size=args.block_size,
+            num_blocks=args.num_blocks,
+            ngram_pool_size=args.ngram_pool_size,
+            verify_size=args.verify_size,
+            ngram_size=args.ngram_size,
+        )
         folder = export_adapter(args.adapter, target, jacobi)
     except ValueError as error:
         raise CliError(str(error)) from error
@@ -38,4 +44,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi default block size (default 16)")
     parser.add_argument("--num-blocks", type=positive_int, default=1, help="Jacobi default blocks in flight")
     parser.add_argument("--ngram-pool-size", type=non_negative_int, default=0, help="Jacobi default n-gram pool")
+    parser.add_argument(
+        "--verify-size", type=positive_int, default=None, help="recycled candidates verified per step (default: pool)"
+    )
+    parser.add_argument(
+        "--ngram-size", type=positive_int, default=None, help="tokens per recycled candidate (default: block - 1)"
+    )
     parser.set_defaults(handler=run_export_command)

@@ -155,6 +155,10 @@ class JacobiConfig:
             parts.append(f"{self.num_blocks} blocks")
         if self.ngram_pool_size:
             parts.append(f"pool {self.ngram_pool_size}")
+            if self.verify_size is not None:
+                parts.append(f"{self.verify_size} verified per step")
+            if self.ngram_size is not None:
+                parts.append(f"{self.ngram_size}-token candidates")
         return ", ".join(parts)
 
 
