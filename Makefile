@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
-	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round2 bench-jacobi-forcing collect-trajectories \
+	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 bench-jacobi-forcing collect-trajectories \
 	train-mixed evaluate-mixed clean
 
 setup: $(STAMP)
@@ -92,10 +92,13 @@ recipe-cpu: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate.yaml --skip_prompts 8 --num_prompts 4 \
 		--output_file runs/smollm2-135m-jf/evaluate-held-out.json
 
-# The shipped Jacobi Forcing adapter, end to end: trajectories of the first JF_PROMPTS `packages` train prompts (resumed
-# into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch, about 25 minutes
-# with one process per core on 2 cores),
-# LoRA training (about 15 minutes on 2 cores), held-out evaluation, export into src/hf_jacobi/weights/.
+# The shipped Jacobi Forcing adapter, end to end: two rounds, as in the paper, then the export into
+# src/hf_jacobi/weights/. Round 1 (`jacobi-forcing-round1`): trajectories of the first JF_PROMPTS `packages` train
+# prompts (resumed into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch,
+# about 25 minutes with one process per core on 2 cores), LoRA training (about 15 minutes on 2 cores), held-out
+# evaluation. Round 2 (`jacobi-forcing-round2`): the round-1 model's own trajectories of the same prompts (13.5
+# minutes), one more epoch of the same adapter on them with the KL anchor to the base model (about 21 minutes), the
+# held-out evaluations (`packages`, and the HumanEval quality gate with the canonical-solution NLL; about 12 minutes).
 JF_PROMPTS ?= 240
 JF_RESULTS := docs/results/jacobi-forcing-cpu
 # the quality gate every candidate adapter passes through: 16 HumanEval chat problems at the shipped default's block
@@ -103,27 +106,28 @@ JF_RESULTS := docs/results/jacobi-forcing-cpu
 HUMANEVAL_GATE := --prompts humaneval --num_prompts 16 --settings plain recycling --block_size 8 --max_new_tokens 128 --batch_size 8 --humaneval_nll true
 JF_TRAJ ?= recipes/smollm2-135m/data/trajectories-packages
 JF_RUN ?= runs/smollm2-135m-jf/lora-r16
+JF_ROUND2_TRAJ ?= runs/smollm2-135m-jf/trajectories-round2
+JF_ROUND2_RUN ?= runs/smollm2-135m-jf/lora-r16-round2-kl1
 # the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
 # CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
 JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4
-jacobi-forcing-cpu: setup
+jacobi-forcing-cpu: jacobi-forcing-round1 jacobi-forcing-round2
+	$(BIN)/hf-jacobi export-weights $(JF_ROUND2_RUN) $(JF_JACOBI)
+
+jacobi-forcing-round1: setup
 	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories $(JF_TRAJ) --num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_RUN)
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN)
-	$(BIN)/hf-jacobi export-weights $(JF_RUN) $(JF_JACOBI)
 
-# The paper's second round on the shipped adapter: the round-1 model's own trajectories of its 240 training prompts
-# (13.5 minutes with one process per core on 2 cores, resumable), one more epoch of the same adapter on them (10
-# minutes), held-out evaluation beside round 1 (`packages` and HumanEval with the canonical-solution NLL, about 12
-# minutes). Nothing is exported: compare first (README, "Measured results": 4.55 tokens per forward at the default on
-# HumanEval, canonical NLL 1.183x the base's).
 jacobi-forcing-round2: setup
-	$(COLLECT) --config $(RECIPE)/collect_round2.yaml
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round2.yaml
-	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter runs/smollm2-135m-jf/lora-r16-round2 \
-		--output_file $(JF_RESULTS)/evaluate-lora-r16-round2.json
-	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter runs/smollm2-135m-jf/lora-r16-round2 \
-		--output_file $(JF_RESULTS)/evaluate-humaneval-lora-r16-round2.json
+	@test -f $(JF_RUN)/adapter_model.safetensors || { echo "round 2 continues the round-1 adapter in $(JF_RUN): run make jacobi-forcing-round1 first"; exit 1; }
+	$(COLLECT) --config $(RECIPE)/collect_round2.yaml --adapter $(JF_RUN) --num_prompts $(JF_PROMPTS) --output_dir $(JF_ROUND2_TRAJ)
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round2.yaml --init_adapter $(JF_RUN) --trajectories $(JF_ROUND2_TRAJ) \
+		--num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_ROUND2_RUN) --resume_from_checkpoint last
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_ROUND2_RUN) \
+		--output_file $(JF_RESULTS)/evaluate-$(notdir $(JF_ROUND2_RUN)).json
+	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter $(JF_ROUND2_RUN) \
+		--output_file $(JF_RESULTS)/evaluate-humaneval-$(notdir $(JF_ROUND2_RUN)).json
 
 # The shipped recipe on both committed trajectory folders (2,000 prompts: 1,776 `packages` + 224 `magpie`): 77 minutes
 # on both cores of a quiet 2-core machine (9.2 s per step), about 2.5 hours on one thread; resumes from its last
