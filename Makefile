@@ -110,7 +110,7 @@ JF_ROUND2_TRAJ ?= runs/smollm2-135m-jf/trajectories-round2
 JF_ROUND2_RUN ?= runs/smollm2-135m-jf/lora-r16-round2-kl1
 # the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
 # CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
-JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4
+JF_JACOBI ?= --block-size 16 --num-blocks 1 --ngram-pool-size 4 --verify-size 2
 jacobi-forcing-cpu: jacobi-forcing-round1 jacobi-forcing-round2
 	$(BIN)/hf-jacobi export-weights $(JF_ROUND2_RUN) $(JF_JACOBI)
 
@@ -153,12 +153,12 @@ evaluate-mixed: setup
 		--output_file $(JF_RESULTS)/evaluate-humaneval-$(MIXED_NAME).json
 
 # Wall time of the untrained and the trained embedded model on held-out prompts (the first 4 `packages` test prompts,
-# 128 new tokens), greedy AR, AR with static cache + torch.compile, and the tuned Jacobi setting, 5 alternating rounds
-# each: about 25 minutes on 2 cores. Run it on a quiet machine.
-BENCH_JF = --task prompts --limit 4 --max-new-tokens 128 --rounds 5 --block-sizes 8 --variants recycling both
+# 128 new tokens), greedy AR, AR with static cache + torch.compile, block 8 + recycling, and (trained) the shipped
+# Jacobi defaults, 5 alternating rounds each: about 25 minutes on 2 cores. Run it on a quiet machine.
+BENCH_JF = --task prompts --limit 4 --max-new-tokens 128 --rounds 5 --block-sizes 8 --variants recycling
 bench-jacobi-forcing: setup
 	$(BIN)/hf-jacobi bench $(BENCH_JF) --output-dir $(JF_RESULTS)/bench-untrained
-	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --output-dir $(JF_RESULTS)/bench-trained
+	$(BIN)/hf-jacobi bench $(BENCH_JF) --jacobi-forcing --model-defaults --output-dir $(JF_RESULTS)/bench-trained
 
 # Grow the committed trajectory folders (`packages` code requests, then `magpie` plain-language instructions): each run
 # resumes where the last one stopped, so stop it any time (Ctrl-C) and commit the folders. Hours on a CPU (~10

@@ -23,6 +23,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from hf_jacobi import cli
 from hf_jacobi.cli import common, generate
+from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.models import GGUF_PACKAGE
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
@@ -280,6 +281,32 @@ def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_pat
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
 
+def test_bench_times_the_models_own_jacobi_defaults(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
+    """--model-defaults adds the setting decoding="jacobi" uses with no other argument: the one a speed claim about a
+    tuned checkpoint is about, whatever its verify and n-gram sizes."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    checkpoint = tmp_path / "tuned"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    config = GenerationConfig.from_pretrained(checkpoint)
+    for name, value in dict(block_size=4, ngram_pool_size=2, verify_size=1, ngram_size=3).items():
+        setattr(config, f"jacobi_{name}", value)
+    config._from_model_config = False  # else the loader rebuilds it from config.json, as for an untouched folder
+    config.save_pretrained(checkpoint)
+    data = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
+    argv = ["bench", "--model", str(checkpoint), "--task", "gsm8k", "--data", str(data), "--limit", "2"]
+    argv += ["--block-sizes", "2", "--variants", "plain", "--max-new-tokens", "12", "--no-compile", "--model-defaults"]
+    assert cli.main([*argv, "--output-dir", str(tmp_path / "out")]) == 0
+    saved = json.loads((tmp_path / "out" / "bench.json").read_text())
+    names = [row["setting"] for row in saved["summary"]]
+    label = "Jacobi default (block 4, pool 2, 1 verified per step, 3-token candidates)"
+    assert names == ["AR (generate)", "Jacobi plain n=2", label]
+    assert all(row["identical"] == row["samples"] == 2 for row in saved["summary"])
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("flag", ["--verify-sizes", "--ngram-sizes"])
 def test_tune_rejects_bad_candidate_sizes(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
@@ -361,7 +388,14 @@ def test_demo_on_a_checkpoint_uses_its_generation_config_and_the_flags(tiny_chec
     assert len(_table_rows(out)) == 2 and "side by side" not in out
     code = cli.main(["demo", "--model", str(tiny_checkpoint), "--prompts", "1", "--max-new-tokens", "6",
                      "--block-size", "4", "--ngram-pool-size", "2"])  # fmt: skip
-    assert code == 0 and "Jacobi: block size 4, blocks 1, n-gram pool 2" in capsys.readouterr().out
+    assert code == 0 and "Jacobi: block size 4, blocks 1, n-gram pool 2\n" in capsys.readouterr().out
+    # the describe line names a tuned verify size (the shipped defaults have one)
+    from hf_jacobi.cli.common import describe_settings
+
+    tuned = JacobiConfig(block_size=16, ngram_pool_size=4, verify_size=2)
+    assert describe_settings(tuned) == (
+        "block size 16, blocks 1, n-gram pool 4 (2 candidates of 15 tokens verified per step)"
+    )
 
 
 def test_demo_compares_models_on_forwards_and_wall_time() -> None:

@@ -169,3 +169,16 @@ def test_settings_travel_in_generation_config(model, prompt):
     greedy = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
     assert torch.equal(out.sequences, greedy)
     assert out.forward_tokens is not None and out.recycled_tokens is not None
+
+
+def test_a_call_turning_recycling_off_drops_the_verify_size_the_checkpoint_tuned():
+    """A checkpoint whose defaults verify 2 candidates per step must still run plain Jacobi when a call (or a later
+    generation config) sets the pool to 0; a verify size given together with pool 0 is still refused."""
+    tuned = GenerationConfig(jacobi_block_size=16, jacobi_ngram_pool_size=4, jacobi_verify_size=2)
+    plain = JacobiConfig.from_generation_config(tuned, block_size=8, ngram_pool_size=0)
+    assert (plain.block_size, plain.ngram_pool_size, plain.verify_size) == (8, 0, None)
+    later = GenerationConfig(jacobi_ngram_pool_size=0)
+    assert JacobiConfig.from_generation_config(tuned, later).verify_size is None
+    assert JacobiConfig.from_generation_config(tuned).candidates_per_step == 2  # kept while the pool is on
+    with pytest.raises(ValueError, match="jacobi_verify_size=2 has no effect without recycling"):
+        JacobiConfig.from_generation_config(tuned, ngram_pool_size=0, verify_size=2)

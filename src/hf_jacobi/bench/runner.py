@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import CompileConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..decoding.config import JacobiConfig
 from ..loading import eos_token_ids
 from .common import VARIANTS, generated_tokens, timed, variant_config
 from .roofline import prefill_seconds
@@ -27,6 +28,7 @@ AR = "ar"
 AR_STATIC = "ar-static"
 AR_COMPILED = "ar-compiled"
 JACOBI = "jacobi"
+DEFAULT_VARIANT = "default"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,14 @@ class Setting:
     kind: str
     block_size: int | None = None
     variant: str | None = None
+    config: JacobiConfig | None = None  # a Jacobi setting given whole (the model's defaults), not as a variant
+
+    @classmethod
+    def model_defaults(cls, generation_config) -> Setting:
+        """The Jacobi settings `generate(decoding="jacobi")` uses for this model with no other argument: what a user
+        of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time."""
+        config = JacobiConfig.from_generation_config(generation_config)
+        return cls(f"Jacobi default ({config.describe()})", JACOBI, config.block_size, DEFAULT_VARIANT, config)
 
     def generate_kwargs(self, device: torch.device) -> dict[str, Any]:
         if self.kind == AR:
@@ -48,7 +58,8 @@ class Setting:
             # generate only auto-compiles on accelerators; on other devices it has to be asked explicitly
             config._compile_all_devices = device.type not in ("cuda", "xpu")
             return {"decoding": "greedy", "cache_implementation": "static", "compile_config": config}
-        return variant_config(self.variant, self.block_size).to_generate_kwargs()
+        config = self.config if self.config is not None else variant_config(self.variant, self.block_size)
+        return config.to_generate_kwargs()
 
     @property
     def is_ar(self) -> bool:

@@ -28,7 +28,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     the model are loaded, and the three files replace their older versions together once all are rendered.
     """
     from hf_jacobi.bench import report
-    from hf_jacobi.bench.runner import bench_settings, run_bench
+    from hf_jacobi.bench.runner import Setting, bench_settings, run_bench
     from hf_jacobi.bench.tasks import load_task
 
     writable_output(args.output_dir, "--output-dir")
@@ -48,6 +48,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from error
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
+    if args.model_defaults:
+        settings.append(Setting.model_defaults(loaded.model.generation_config))
     run = run_bench(
         loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size, rounds=args.rounds
     )
@@ -103,6 +105,12 @@ def add_parser(commands) -> None:
         choices=list(VARIANTS),
         default=["plain", "both"],
         help="Jacobi variants per block size: " + "; ".join(f"{k} = {v or 'block only'}" for k, v in VARIANTS.items()),
+    )
+    bench.add_argument(
+        "--model-defaults",
+        action="store_true",
+        help="also time the Jacobi settings in the model's generation config (what decoding='jacobi' uses with no "
+        "other argument, e.g. the tuned defaults of --jacobi-forcing)",
     )
     bench.add_argument("--batch-size", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     bench.add_argument("--max-new-tokens", type=positive_int, default=256, help="token budget (default 256)")

@@ -185,7 +185,10 @@ def jacobi_config(args: argparse.Namespace, generation_config: GenerationConfig 
 
 def describe_settings(jacobi: JacobiConfig) -> str:
     """Every setting the flags control, including those left at their default, so that two runs compare at a glance."""
-    return f"block size {jacobi.block_size}, blocks {jacobi.num_blocks}, n-gram pool {jacobi.ngram_pool_size}"
+    text = f"block size {jacobi.block_size}, blocks {jacobi.num_blocks}, n-gram pool {jacobi.ngram_pool_size}"
+    if jacobi.ngram_pool_size and (jacobi.verify_size is not None or jacobi.ngram_size is not None):
+        text += f" ({jacobi.candidates_per_step} candidates of {jacobi.candidate_length} tokens verified per step)"
+    return text
 
 
 def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:

@@ -112,12 +112,19 @@ class JacobiConfig:
         """The settings the generation configs carry (later ones win; defaults for what none sets), then `overrides`
         (None values ignored). Validated once, on the merged values.
 
-        This is how a checkpoint's generation_config.json, written by `write_to`, becomes the defaults of a call.
+        This is how a checkpoint's generation_config.json, written by `write_to`, becomes the defaults of a call. A
+        verify size that belongs to an earlier layer's pool is dropped when a later layer turns the pool off: a
+        checkpoint tuned to recycling must still decode plain Jacobi when a call asks for `jacobi_ngram_pool_size=0`.
         """
         values: dict[str, Any] = {}
-        for generation_config in generation_configs:
-            values.update(cls.settings_in(generation_config))
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        set_by: dict[str, int] = {}
+        layers = [cls.settings_in(config) for config in generation_configs]
+        layers.append({k: v for k, v in overrides.items() if v is not None})
+        for index, layer in enumerate(layers):
+            values.update(layer)
+            set_by.update(dict.fromkeys(layer, index))
+        if values.get("ngram_pool_size") == 0 and set_by.get("verify_size", -1) < set_by["ngram_pool_size"]:
+            values.pop("verify_size", None)
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"Unknown Jacobi setting(s) {unknown}; accepted settings are {sorted(cls().to_dict())}.")
