@@ -10,7 +10,7 @@ import torch
 
 from hf_jacobi import JacobiForcingConfig, enable_jacobi
 from hf_jacobi.data.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
-from hf_jacobi.data.packing import IGNORE_INDEX, JacobiForcingCollator, Segment, pack_trajectory
+from hf_jacobi.data.packing import IGNORE_INDEX, CleanView, JacobiForcingCollator, Segment, pack_trajectory
 from hf_jacobi.data.schedule import choose_states, target_noise
 from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_mismatch, noise_level
 from hf_jacobi.decoding.masks import AttentionLayout
@@ -282,6 +282,39 @@ def test_packed_logits_equal_the_unpacked_views_the_mask_allows(family, attn):
             torch.testing.assert_close(
                 packed[row, start + n : start + 2 * n], unpacked_logits(model, prompt, example["fixed_points"], j)
             )
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_clean_view_gives_the_packed_forwards_predictions_at_every_ar_target(family):
+    """The KL anchor's base forward runs on the clean view alone: its logits at the AR targets must be the packed
+    forward's, for rows of different lengths (right padding) and for the prompt's last token (the bridge to c_0)."""
+    model = tiny_model(family)
+    gen = torch.Generator().manual_seed(5)
+    rows = []
+    for i, (prompt_len, num_blocks) in enumerate([(5, 3), (3, 1), (7, 2)]):
+        prompt = torch.randint(3, 120, (prompt_len,), generator=gen).tolist()
+        blocks = [torch.randint(3, 120, (4,), generator=gen).tolist() for _ in range(num_blocks)]
+        rows.append(trajectory(f"r{i}", prompt, blocks))
+    batch = JacobiForcingCollator(PAD, noise_schedule="random", noise_window=4)(rows)
+    mask = NoiseAwareMask.for_model(model)(batch["segment_ids"], batch["position_ids"])
+    view = CleanView.of(batch["input_ids"], batch["position_ids"], batch["segment_ids"], batch["ar_targets"])
+    assert view.attention_mask.sum(1).tolist() == [5 + 12, 3 + 4, 7 + 8]
+    assert view.position_ids[0, :17].tolist() == list(range(17))  # one causal sequence, no gap
+    columns = view.targeted_columns()
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask).logits
+        clean = model(
+            input_ids=view.input_ids,
+            position_ids=view.position_ids,
+            attention_mask=view.attention_mask,
+            logits_to_keep=columns,
+        ).logits
+    targeted = view.ar_targets[:, columns] != IGNORE_INDEX
+    assert int(targeted.sum()) == int((batch["ar_targets"] != IGNORE_INDEX).sum())
+    for row in range(len(rows)):
+        packed_columns = view.order[row, columns][targeted[row]]
+        assert (batch["ar_targets"][row, packed_columns] == view.ar_targets[row, columns][targeted[row]]).all()
+        torch.testing.assert_close(clean[row][targeted[row]], packed[row, packed_columns], atol=2e-5, rtol=1e-4)
 
 
 def test_flex_attention_block_mask_gives_the_same_logits():

@@ -206,3 +206,51 @@ def _padded(rows: list[list[int]], length: int, value: int) -> torch.Tensor:
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     return out
+
+
+@dataclass
+class CleanView:
+    """The autoregressive view of a packed batch: each row's prompt and clean tokens, in order, right-padded.
+
+    Under the noise-aware mask a clean token sees the prompt and the clean tokens before it, never a noisy one, and the
+    clean blocks' position ids continue the prompt's without a gap: the packed forward's predictions at those tokens
+    are those of a plain causal forward over this view, which is about half as long and needs no 4D mask. What reads
+    only the clean tokens' predictions (the base model of the KL anchor) runs on it.
+
+    `order[b, i]` is the packed column of the view's token i (columns past `lengths[b]` are padding and point at
+    column 0); `attention_mask` marks the real tokens.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    ar_targets: torch.Tensor
+    order: torch.Tensor
+
+    @classmethod
+    def of(
+        cls,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        segment_ids: torch.Tensor,
+        ar_targets: torch.Tensor,
+    ) -> CleanView:
+        kept = (segment_ids == Segment.PROMPT) | (segment_ids == Segment.CLEAN)
+        lengths = kept.sum(1)
+        width = max(int(lengths.max()), 1)
+        # a stable sort on "not kept" lists each row's kept columns first, in their packed order
+        order = torch.sort((~kept).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+        real = torch.arange(width, device=segment_ids.device) < lengths[:, None]
+        order = order.masked_fill(~real, 0)
+        targets = ar_targets.gather(1, order).masked_fill(~real, IGNORE_INDEX)
+        return cls(
+            input_ids=input_ids.gather(1, order),
+            position_ids=position_ids.gather(1, order).masked_fill(~real, 0),
+            attention_mask=real.long(),
+            ar_targets=targets,
+            order=order,
+        )
+
+    def targeted_columns(self) -> torch.Tensor:
+        """The view's columns where some row has an AR target: the only predictions the anchor reads."""
+        return (self.ar_targets != IGNORE_INDEX).any(0).nonzero().squeeze(1)

@@ -4,7 +4,8 @@ Everything SFTTrainer offers (LoRA through `peft_config`, gradient checkpointing
 Hub push with a generated model card) is kept; the trainer only swaps the collator for one that packs noisy and clean
 blocks, builds the noise-aware mask its model reads, and replaces the loss with the paper's two-term loss, both terms
 computed in one forward and normalized over the whole accumulated batch; an optional third term (`base_kl_weight`)
-holds the distribution to the model's own before training, read from a second forward without gradient.
+holds the distribution to the model's own before training, read from a second forward without gradient over the
+clean tokens only (`CleanView`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from trl import SFTTrainer
 from trl.trainer.utils import get_config_model_id
 
 from ..data.masks import NoiseAwareMask
-from ..data.packing import NO_TEACHER, JacobiForcingCollator, Segment
+from ..data.packing import NO_TEACHER, CleanView, JacobiForcingCollator, Segment
 from ..decoding.config import JacobiConfig
 from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import base_generation_config, prepare_publish_folder
@@ -148,10 +149,7 @@ class JacobiForcingTrainer(SFTTrainer):
         autoregressive = ar_loss(outputs.logits, ar_targets, items.ar if items is not None else None)
         anchor = None
         if self.args.base_kl_weight > 0:
-            with torch.no_grad(), self._base_model(model) as base:
-                base_logits = base(**inputs, use_cache=False).logits
-            anchor = base_kl_loss(outputs.logits, base_logits, ar_targets, items.ar if items is not None else None)
-            del base_logits
+            anchor = self._base_kl(model, inputs, outputs.logits, segment_ids, ar_targets, items)
         if items is not None and self.args.average_tokens_across_devices:
             # The counts cover every process and DDP averages the gradients over processes: scale back to a sum.
             consistency = consistency * self.accelerator.num_processes
@@ -175,6 +173,35 @@ class JacobiForcingTrainer(SFTTrainer):
             self._total_train_tokens += gather((segment_ids != Segment.PADDING).sum()).sum().item()
             metrics["num_tokens"] = [self._total_train_tokens]
         return (loss, outputs) if return_outputs else loss
+
+    def _base_kl(
+        self,
+        model,
+        inputs: dict[str, torch.Tensor],
+        logits: torch.Tensor,
+        segment_ids: torch.Tensor,
+        ar_targets: torch.Tensor,
+        items: LossItems | None,
+    ) -> torch.Tensor:
+        """The KL anchor, with the base model run on the clean view only and projected through the LM head only where
+        the AR loss has a target: the anchor reads nothing else, and the packed forward with its 4D mask and
+        full-vocabulary logits at every noisy token cost as much again as the trained forward."""
+        view = CleanView.of(inputs["input_ids"], inputs["position_ids"], segment_ids, ar_targets)
+        columns = view.targeted_columns()
+        if columns.numel() == 0:
+            return logits.sum() * 0.0
+        with torch.no_grad(), self._base_model(model) as base:
+            base_logits = base(
+                input_ids=view.input_ids,
+                position_ids=view.position_ids,
+                attention_mask=view.attention_mask,
+                logits_to_keep=columns,
+                use_cache=False,
+            ).logits
+        packed = view.order[:, columns, None].expand(-1, -1, logits.size(-1))
+        return base_kl_loss(
+            logits.gather(1, packed), base_logits, view.ar_targets[:, columns], items.ar if items is not None else None
+        )
 
     @contextlib.contextmanager
     def _base_model(self, model) -> Iterator[torch.nn.Module]:
