@@ -130,8 +130,8 @@ jacobi-forcing-round2: setup
 		--output_file $(JF_RESULTS)/evaluate-humaneval-$(notdir $(JF_ROUND2_RUN)).json
 
 # Round 3 (`train_round3.yaml`): the round-2 adapter one more epoch on the committed trajectories of 2,000 prompts
-# (1,776 `packages` + 224 `magpie`; no collection), with the KL anchor, bf16 autocast: about 75 minutes on 2 cores
-# (8.5 s per step); resumes from its last checkpoint if stopped. Then the held-out evaluations (`packages`, the bench
+# (1,776 `packages` + 224 `magpie`; no collection), with the KL anchor, bf16 autocast: 69 minutes on 2 cores
+# (8.3 s per step); resumes from its last checkpoint if stopped. Then the held-out evaluations (`packages`, the bench
 # prompts at the shipped default, the HumanEval quality gate; about 20 minutes).
 JF_ROUND3_RUN ?= runs/smollm2-135m-jf/lora-r16-round3-mixed-kl1
 jacobi-forcing-round3: setup

@@ -217,8 +217,8 @@ class CleanView:
     are those of a plain causal forward over this view, which is about half as long and needs no 4D mask. What reads
     only the clean tokens' predictions (the base model of the KL anchor) runs on it.
 
-    `order[b, i]` is the packed column of the view's token i (columns past `lengths[b]` are padding and point at
-    column 0); `attention_mask` marks the real tokens.
+    `order[b, i]` is the packed column of the view's token i; `attention_mask` marks the real tokens (the padding
+    columns of a shorter row point at packed column 0 and hold no AR target).
     """
 
     input_ids: torch.Tensor
