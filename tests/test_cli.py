@@ -187,6 +187,43 @@ def test_generate_compare_on_local_checkpoint(tiny_checkpoint: Path, capsys: pyt
     assert re.search(r"greedy: \d+ new tokens", out)
 
 
+def test_adapter_flag_merges_a_trained_adapter_with_its_jacobi_defaults(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--adapter` times a candidate adapter as the shipped one is timed: merged into the weights, its generation
+    config's Jacobi settings taken, and the output still identical to the merged model's greedy output."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import GenerationConfig
+
+    base = LlamaForCausalLM.from_pretrained(tiny_checkpoint)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(base, lora)
+    folder = tmp_path / "adapter"
+    peft_model.save_pretrained(folder)
+    JacobiConfig(block_size=3).write_to(GenerationConfig(), decoding="jacobi").save_pretrained(folder)
+    expected = peft_model.merge_and_unload().model.layers[0].self_attn.q_proj.weight
+
+    loaded = common.load_model(tiny_checkpoint, "float32", adapter=folder)
+    torch.testing.assert_close(loaded.model.model.layers[0].self_attn.q_proj.weight, expected)
+    assert loaded.model.generation_config.jacobi_block_size == 3 and str(folder) in loaded.name
+    argv = ["generate", "hello world", "--model", str(tiny_checkpoint), "--adapter", str(folder)]
+    code = cli.main([*argv, "--max-new-tokens", "10", "--compare", "--no-chat-template"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "identical: yes" in out
+
+
+def test_adapter_flag_refuses_a_folder_without_an_adapter_and_the_shipped_one_beside_it(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["generate", "hi", "--model", str(tiny_checkpoint), "--adapter", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and f"--adapter {tmp_path} is not a PEFT adapter folder (missing" in err
+    code = cli.main(["generate", "hi", "--adapter", str(tmp_path), "--jacobi-forcing"])
+    err = capsys.readouterr().err
+    assert code == 1 and "both name an adapter: keep one" in err
+
+
 def test_generate_without_compare(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["generate", "w1 w2 w3", "--model", str(tiny_checkpoint), "--max-new-tokens", "6"])
     out = capsys.readouterr().out
@@ -208,8 +245,10 @@ def test_generate_mismatch_exits_1(
     """The exit code must expose a Jacobi result that differs from greedy; simulated by corrupting its last token."""
     load_model = common.load_model
 
-    def load_corrupted(path: Path | None, dtype: str, jacobi_forcing: bool = False) -> common.LoadedModel:
-        loaded = load_model(path, dtype, jacobi_forcing)
+    def load_corrupted(
+        path: Path | None, dtype: str, jacobi_forcing: bool = False, adapter: Path | None = None
+    ) -> common.LoadedModel:
+        loaded = load_model(path, dtype, jacobi_forcing, adapter)
         generate = loaded.model.generate
 
         def corrupted(*args, **kwargs):

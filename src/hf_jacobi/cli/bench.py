@@ -46,7 +46,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         )
     except (MissingDataError, FileNotFoundError, ValueError) as error:
         raise CliError(str(error)) from error
-    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
     if args.model_defaults:
         settings.append(Setting.model_defaults(loaded.model.generation_config))

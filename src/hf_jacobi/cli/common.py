@@ -124,15 +124,30 @@ class LoadedModel:
         return f"model: {self.name} | device: {self.model.device} | dtype: {dtype}"
 
 
-def load_model(path: Path | None, dtype: str, jacobi_forcing: bool = False) -> LoadedModel:
+def load_model(
+    path: Path | None, dtype: str, jacobi_forcing: bool = False, adapter: Path | None = None
+) -> LoadedModel:
     """The embedded SmolLM2-135M-Instruct (with the shipped Jacobi Forcing adapter merged when `jacobi_forcing`), or a
-    local checkpoint set up the same way (left padding, a pad token, Jacobi-enabled)."""
+    local checkpoint set up the same way (left padding, a pad token, Jacobi-enabled); `adapter` merges another PEFT
+    adapter (a `hf-jacobi train` run folder), so a candidate is timed exactly as the shipped one would be."""
     if jacobi_forcing and path is not None:
         raise CliError("--jacobi-forcing applies the adapter shipped for the embedded model: drop --model, or drop it")
+    if jacobi_forcing and adapter is not None:
+        raise CliError(f"--adapter {adapter} and --jacobi-forcing both name an adapter: keep one")
+    if adapter is not None:
+        from ..loading import missing_adapter_files
+
+        missing = missing_adapter_files(adapter)
+        if missing:
+            raise CliError(f"--adapter {adapter} is not a PEFT adapter folder (missing {missing})")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
     name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
     loaded = LoadedModel(model, tokenizer, name)
+    if adapter is not None:
+        from ..loading import apply_adapter
+
+        return LoadedModel(apply_adapter(loaded.model, adapter), loaded.tokenizer, f"{name} + adapter {adapter}")
     return with_jacobi_forcing(loaded) if jacobi_forcing else loaded
 
 
@@ -235,6 +250,13 @@ def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the embedded model with the Jacobi Forcing adapter shipped in the package (trained to accept more "
         "tokens per forward)",
+    )
+    parser.add_argument(
+        "--adapter",
+        type=Path,
+        default=None,
+        help="a PEFT adapter folder to merge into the model first (e.g. a `hf-jacobi train` run with use_peft), with "
+        "the Jacobi defaults of its generation_config.json",
     )
 
 

@@ -115,8 +115,8 @@ def run_model(
 def run_demo(args: argparse.Namespace) -> int:
     """Greedy vs Jacobi per prompt and per model, then the models side by side; exit 1 if any output differs."""
     prompts = load_source_prompts(args)
-    side_by_side = args.model is None and not args.jacobi_forcing
-    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
+    side_by_side = args.model is None and not args.jacobi_forcing and args.adapter is None
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
     settings = demo_settings(args, loaded)
     print(
         "# hf-jacobi demo: greedy vs Jacobi decoding"

@@ -26,7 +26,7 @@ from .common import (
 
 def run_generate(args: argparse.Namespace) -> int:
     """Streams a Jacobi answer to stdout and summarizes its cost; with --compare, checks it against greedy."""
-    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
     model, tokenizer = loaded.model, loaded.tokenizer
     inputs = {
         k: v.to(model.device) for k, v in encode_prompt(tokenizer, args.prompt, not args.no_chat_template).items()

@@ -89,7 +89,7 @@ def run_tune_command(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CliError(str(error)) from error
     prompt_rows = load_source_prompts(args, skip=args.skip_prompts)  # before a model is loaded
-    loaded = load_model(args.model, args.dtype, args.jacobi_forcing)
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
     prompts = [
         {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, messages, chat=True).items()}
         for _, messages in prompt_rows
