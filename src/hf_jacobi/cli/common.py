@@ -145,19 +145,23 @@ def load_model(
     name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
     loaded = LoadedModel(model, tokenizer, name)
     if adapter is not None:
-        from ..loading import apply_adapter
-
-        return LoadedModel(apply_adapter(loaded.model, adapter), loaded.tokenizer, f"{name} + adapter {adapter}")
+        return with_adapter(loaded, adapter, f"{name} + adapter {adapter}")
     return with_jacobi_forcing(loaded) if jacobi_forcing else loaded
 
 
-def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
-    """The embedded model with the shipped Jacobi Forcing adapter merged in (its weights change in place; its
-    generation config gains the adapter's Jacobi defaults), named for the output."""
-    from ..loading import JACOBI_FORCING_WEIGHTS, apply_adapter
+def with_adapter(loaded: LoadedModel, folder: Path, name: str) -> LoadedModel:
+    """`loaded` with the PEFT adapter in `folder` merged in (its weights change in place; its generation config gains
+    the adapter's Jacobi defaults), named `name` for the output."""
+    from ..loading import apply_adapter
 
-    model = apply_adapter(loaded.model, JACOBI_FORCING_WEIGHTS)  # merged in place: still Jacobi-enabled
-    return LoadedModel(model, loaded.tokenizer, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)")
+    return LoadedModel(apply_adapter(loaded.model, folder), loaded.tokenizer, name)
+
+
+def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
+    """The embedded model with the shipped Jacobi Forcing adapter merged in (still Jacobi-enabled)."""
+    from ..loading import JACOBI_FORCING_WEIGHTS
+
+    return with_adapter(loaded, JACOBI_FORCING_WEIGHTS, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)")
 
 
 def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
