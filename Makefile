@@ -111,13 +111,20 @@ JF_ROUND2_RUN ?= runs/smollm2-135m-jf/lora-r16-round2-kl1
 # the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
 # CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
 JF_JACOBI ?= --block-size 16 --num-blocks 1 --ngram-pool-size 4 --verify-size 2
+# where the evaluations' JSON files and the exported adapter go: the committed results and the package's weights
+# folder by default; a reproduction that must leave both alone points them elsewhere, e.g.
+#   make jacobi-forcing-cpu JF_TRAJ=runs/e2e/traj JF_RUN=runs/e2e/r1 JF_ROUND2_TRAJ=runs/e2e/traj2 \
+#     JF_ROUND2_RUN=runs/e2e/r2 JF_EVAL_DIR=runs/e2e JF_EXPORT=runs/e2e/weights
+JF_EVAL_DIR ?= $(JF_RESULTS)
+JF_EXPORT ?=
 jacobi-forcing-cpu: jacobi-forcing-round1 jacobi-forcing-round2
-	$(BIN)/hf-jacobi export-weights $(JF_ROUND2_RUN) $(JF_JACOBI)
+	$(BIN)/hf-jacobi export-weights $(JF_ROUND2_RUN) $(JF_JACOBI) $(if $(JF_EXPORT),--output-dir $(JF_EXPORT))
 
 jacobi-forcing-round1: setup
 	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories $(JF_TRAJ) --num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_RUN)
-	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN)
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN) \
+		--output_file $(JF_EVAL_DIR)/evaluate-$(notdir $(JF_RUN)).json
 
 jacobi-forcing-round2: setup
 	@test -f $(JF_RUN)/adapter_model.safetensors || { echo "round 2 continues the round-1 adapter in $(JF_RUN): run make jacobi-forcing-round1 first"; exit 1; }
@@ -125,9 +132,9 @@ jacobi-forcing-round2: setup
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round2.yaml --init_adapter $(JF_RUN) --trajectories $(JF_ROUND2_TRAJ) \
 		--num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_ROUND2_RUN) --resume_from_checkpoint last
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_ROUND2_RUN) \
-		--output_file $(JF_RESULTS)/evaluate-$(notdir $(JF_ROUND2_RUN)).json
+		--output_file $(JF_EVAL_DIR)/evaluate-$(notdir $(JF_ROUND2_RUN)).json
 	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter $(JF_ROUND2_RUN) \
-		--output_file $(JF_RESULTS)/evaluate-humaneval-$(notdir $(JF_ROUND2_RUN)).json
+		--output_file $(JF_EVAL_DIR)/evaluate-humaneval-$(notdir $(JF_ROUND2_RUN)).json
 
 # Round 3 (`train_round3.yaml`): the round-2 adapter one more epoch on the committed trajectories of 2,000 prompts
 # (1,776 `packages` + 224 `magpie`; no collection), with the KL anchor, bf16 autocast: 69 minutes on 2 cores

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from filelock import FileLock, Timeout
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .atomic import OutputPathError, check_writable
@@ -205,6 +206,23 @@ def _write_manifest(folder: Path, source: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+def _unique_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each storage once, under its first name (tied output weights are re-tied on load).
+
+    Kept in the model's own order so that the file, and with it the manifest's sha256, is the same on every
+    conversion (safetensors' own de-duplication picks among tied names in set order, which varies per process).
+    """
+    seen: set[tuple[int, int]] = set()
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if key in seen:
+            continue
+        seen.add(key)
+        tensors[name] = tensor.detach().contiguous()
+    return tensors
+
+
 def _convert_gguf(gguf: Path, target: Path) -> None:
     """Dequantize the GGUF into a plain ``save_pretrained`` folder at ``target``."""
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -225,7 +243,10 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
 
-    model.save_pretrained(target)
+    # Not model.save_pretrained: once torch.distributed is initialized (a collection launched with one process per
+    # core) it writes the weights and config on rank 0 only, and the rank that took the cache lock may be another.
+    model.config.save_pretrained(target)
+    save_file(_unique_tensors(model), str(target / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(target)
     generation_config.save_pretrained(target)
 
