@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -14,7 +16,8 @@ from tiny_models import fresh_tiny_model, random_prompts
 
 @pytest.fixture
 def trained_adapter(tmp_path):
-    peft_model = get_peft_model(fresh_tiny_model("llama"), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    modules = ["v_proj", "q_proj", "o_proj", "k_proj"]
+    peft_model = get_peft_model(fresh_tiny_model("llama"), LoraConfig(r=4, target_modules=modules))
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
@@ -33,6 +36,10 @@ def test_export_then_apply_gives_the_merged_model_and_its_jacobi_defaults(tmp_pa
     assert (
         '"base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"'
         in (shipped / "adapter_config.json").read_text()
+    )
+    # in a stable order, whatever order PEFT's set wrote them in
+    assert json.loads((shipped / "adapter_config.json").read_text())["target_modules"] == sorted(
+        ["v_proj", "q_proj", "o_proj", "k_proj"]
     )
     model = apply_adapter(fresh_tiny_model("llama"), shipped)
     ids, mask = random_prompts(2, 6, seed=3)

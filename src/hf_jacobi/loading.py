@@ -258,6 +258,10 @@ def export_adapter(
         shutil.copyfile(adapter / "adapter_model.safetensors", staging / "adapter_model.safetensors")
         config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
         config["base_model_name_or_path"] = base_model
+        # PEFT keeps target_modules as a set and writes it in hash order, which changes per process: sorted, a
+        # reproduced export's config is byte-identical to the shipped one
+        if isinstance(config.get("target_modules"), list):
+            config["target_modules"] = sorted(config["target_modules"])
         (staging / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         jacobi.write_to(GenerationConfig()).save_pretrained(staging)
     return target
