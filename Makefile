@@ -198,7 +198,8 @@ collect-onpolicy: setup
 	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_SHIPPED) --num_prompts 1776 \
 		--output_dir $(JF_ONPOLICY)-packages
 
-# Then the on-policy round (`train_onpolicy.yaml`): the shipped adapter one more epoch on those trajectories with the
+# Then the on-policy round (`train_onpolicy.yaml`, whose prompt counts follow what the folders hold): the shipped
+# adapter one more epoch on those trajectories with the
 # KL anchor, as round 3 but on the shipped model's own answers (~70 minutes on 2 cores, resumes), and its held-out
 # evaluations (~20 minutes).
 JF_ONPOLICY_RUN ?= runs/smollm2-135m-jf/lora-r16-onpolicy-kl1
