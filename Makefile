@@ -199,9 +199,8 @@ collect-onpolicy: setup
 		--output_dir $(JF_ONPOLICY)-packages
 
 # Then the on-policy round (`train_onpolicy.yaml`, whose prompt counts follow what the folders hold): the shipped
-# adapter one more epoch on those trajectories with the
-# KL anchor, as round 3 but on the shipped model's own answers (~70 minutes on 2 cores, resumes), and its held-out
-# evaluations (~20 minutes).
+# adapter one more epoch on those trajectories with the KL anchor, as round 3 but on the shipped model's own answers
+# (~70 minutes on 2 cores at 2,000 prompts, resumes), and its held-out evaluations (~20 minutes).
 JF_ONPOLICY_RUN ?= runs/smollm2-135m-jf/lora-r16-onpolicy-kl1
 jacobi-forcing-onpolicy: setup
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_onpolicy.yaml --output_dir $(JF_ONPOLICY_RUN) --resume_from_checkpoint last

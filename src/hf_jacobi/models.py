@@ -212,10 +212,10 @@ def _unique_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     Kept in the model's own order so that the file, and with it the manifest's sha256, is the same on every
     conversion (safetensors' own de-duplication picks among tied names in set order, which varies per process).
     """
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = set()
     tensors = {}
     for name, tensor in model.state_dict().items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
         if key in seen:
             continue
         seen.add(key)
