@@ -207,7 +207,8 @@ def _write_manifest(folder: Path, source: dict[str, Any]) -> None:
 
 
 def _unique_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict with each storage once, under its first name (tied output weights are re-tied on load).
+    """The state dict with each tensor once: a tied weight (same storage, offset, shape and stride as an earlier one)
+    is kept under its first name only, and transformers re-ties it on load.
 
     Kept in the model's own order so that the file, and with it the manifest's sha256, is the same on every
     conversion (safetensors' own de-duplication picks among tied names in set order, which varies per process).
