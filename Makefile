@@ -189,8 +189,9 @@ collect-trajectories: setup
 
 # On-policy data at scale: the shipped adapter's own Jacobi trajectories of the 2,000 prompts round 3 trained on (224
 # `magpie`, then 1,776 `packages`), for a round that keeps the shipped model's answers (round 3, trained on the base
-# model's, lost recycling acceptance). Hours on 2 cores; resumes where it stopped, so run it in the background and
-# commit the folders as they grow: `nohup make collect-onpolicy > collect-onpolicy.log &`.
+# model's, lost recycling acceptance). About 2 hours on 2 cores (11 + 43 + 68 minutes in three sittings); resumes
+# where it stopped, so run it in the background and commit the folders as they grow:
+# `nohup make collect-onpolicy > collect-onpolicy.log &`.
 JF_SHIPPED := src/hf_jacobi/weights/smollm2-135m-jacobi-forcing
 JF_ONPOLICY ?= recipes/smollm2-135m/data/trajectories-shipped
 collect-onpolicy: setup
