@@ -276,6 +276,25 @@ def test_failed_conversion_leaves_no_cache(fake_gguf, monkeypatch, tmp_path):
     assert not [p for p in root.iterdir() if p.name.startswith(".")]
 
 
+def test_unique_tensors_drops_tied_weights_and_keeps_views_of_other_shape() -> None:
+    """The converted file holds each tensor once: a tied output weight (the same tensor under a second name) is written
+    under its first name only, while two views that start at the same offset of one storage but differ in shape are
+    different tensors and both kept (keying by storage and offset alone would drop the second)."""
+    embed = torch.nn.Embedding(6, 4)
+    head = torch.nn.Linear(4, 6, bias=False)
+    head.weight = embed.weight  # tied, as tie_word_embeddings does
+    flat = torch.arange(12.0)
+    model = torch.nn.Module()
+    model.embed, model.head = embed, head
+    model.register_buffer("row", flat[:4])
+    model.register_buffer("grid", flat.view(3, 4))  # same storage and offset as `row`, another shape
+
+    tensors = models._unique_tensors(model)
+
+    assert list(tensors) == ["row", "grid", "embed.weight"]
+    assert torch.equal(tensors["grid"], flat.view(3, 4)) and torch.equal(tensors["row"], flat[:4])
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Integration tests: the real SmolLM2-135M-Instruct, converted once per module
 # --------------------------------------------------------------------------------------------------------------------
