@@ -202,9 +202,14 @@ collect-onpolicy: setup
 # Then the on-policy round (`train_onpolicy.yaml`, whose prompt counts follow what the folders hold): the shipped
 # adapter one more epoch on those trajectories with the KL anchor, as round 3 but on the shipped model's own answers
 # (~70 minutes on 2 cores at 2,000 prompts, resumes), and its held-out evaluations (~20 minutes).
+# JF_ONPOLICY_FLAGS adds flags to the run, e.g. the anchor texts: `make jacobi-forcing-onpolicy
+# JF_ONPOLICY_RUN=runs/smollm2-135m-jf/lora-r16-onpolicy-kl1-anchor300
+# JF_ONPOLICY_FLAGS="--anchor_texts packages-source --num_anchor_texts 300"`.
 JF_ONPOLICY_RUN ?= runs/smollm2-135m-jf/lora-r16-onpolicy-kl1
+JF_ONPOLICY_FLAGS ?=
 jacobi-forcing-onpolicy: setup
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_onpolicy.yaml --output_dir $(JF_ONPOLICY_RUN) --resume_from_checkpoint last
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train_onpolicy.yaml --output_dir $(JF_ONPOLICY_RUN) \
+		--resume_from_checkpoint last $(JF_ONPOLICY_FLAGS)
 	$(MAKE) evaluate-mixed MIXED=$(JF_ONPOLICY_RUN) MIXED_NAME=$(notdir $(JF_ONPOLICY_RUN))
 
 clean:

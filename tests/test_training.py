@@ -3,6 +3,7 @@ test_training_losses.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -204,6 +205,119 @@ def test_the_base_kl_anchor_holds_the_model_to_its_distribution_before_training(
     near = _divergence_from(base, anchored.model.eval(), trajectories)
     far = _divergence_from(base, free.model.eval(), trajectories)
     assert 0 < near < far / 2
+
+
+def anchor_texts(count: int = 6) -> datasets.Dataset:
+    gen = torch.Generator().manual_seed(8)
+    texts = [torch.randint(3, 120, (10 + i,), generator=gen).tolist() for i in range(count)]
+    return datasets.Dataset.from_dict({"text_id": [f"x{i}" for i in range(count)], "input_ids": texts})
+
+
+def _text_divergence(base, model, texts: datasets.Dataset) -> float:
+    """KL(base || model) per token over plain forwards of the texts, as the anchor defines it."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for ids in texts["input_ids"]:
+            ids = torch.tensor([ids])
+            p = base(ids).logits[0, :-1].log_softmax(-1)
+            q = model(ids).logits[0, :-1].log_softmax(-1)
+            total += torch.nn.functional.kl_div(q, p, log_target=True, reduction="sum").item()
+            count += ids.shape[1] - 1
+    return total / count
+
+
+def test_anchor_texts_carry_the_kl_anchor_onto_text_the_model_did_not_write(tmp_path, trajectories):
+    """An anchor text's only loss is KL(base || model) over its predictions, the same as plain forwards give; and a
+    run that mixes anchor texts in stays closer to the base on them than the same run without."""
+    texts = anchor_texts()
+    base = fresh_tiny_model("llama").eval()
+    # a model away from its base: a LoRA whose B is not zero
+    drifted = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    trainer = JacobiForcingTrainer(
+        fresh_tiny_model("llama"),
+        args=config(tmp_path / "loss", base_kl_weight=3.0),
+        train_dataset=trajectories,
+        processing_class=tiny_tokenizer(),
+        peft_config=drifted,
+        anchor_dataset=texts,
+    )
+    assert len(trainer.train_dataset) == len(trajectories) + len(texts)
+    assert sorted(trainer.train_dataset["prompt_id"])[: len(texts)] == [f"anchor/x{i}" for i in range(len(texts))]
+    batch = trainer.data_collator([row for row in trainer.train_dataset if row["prompt_id"] == "anchor/x0"])
+    loss = trainer.compute_loss(trainer.model.train(), batch)
+    expected = _text_divergence(base, trainer.model.eval(), texts.select([0]))
+    assert expected > 1e-4
+    assert loss.item() == pytest.approx(3.0 * expected, rel=1e-4)
+    metrics = {name: values[-1] for name, values in trainer._metrics["train"].items()}
+    assert metrics["ar_loss"] == 0 and metrics["consistency_loss"] == 0
+
+    def train(mixed: bool):
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+        run = JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=config(tmp_path / str(mixed), max_steps=12, learning_rate=1e-2, base_kl_weight=1.0),
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+            peft_config=lora,
+            anchor_dataset=texts if mixed else None,
+        )
+        run.train()
+        return _text_divergence(base, run.model.eval(), texts)
+
+    near, far = train(True), train(False)
+    print(f"KL on the anchor texts: {near:.5f} with them in training, {far:.5f} without")
+    assert 0 < near < far / 2
+
+
+def test_anchor_texts_need_the_kl_anchor_and_token_ids(tmp_path, trajectories):
+    args = dict(train_dataset=trajectories, processing_class=tiny_tokenizer())
+    with pytest.raises(ValueError, match=r"anchor_dataset is read only by the KL anchor, which is off"):
+        JacobiForcingTrainer(fresh_tiny_model("llama"), args=config(tmp_path), anchor_dataset=anchor_texts(), **args)
+    raw = datasets.Dataset.from_dict({"text_id": ["a"], "text": ["def f(): pass"]})
+    with pytest.raises(ValueError, match=r"lack the column\(s\) \['input_ids'\].*encode_anchor_texts"):
+        JacobiForcingTrainer(
+            fresh_tiny_model("llama"), args=config(tmp_path, base_kl_weight=1.0), anchor_dataset=raw, **args
+        )
+    one_token = datasets.Dataset.from_dict({"text_id": ["a"], "input_ids": [[5]]})
+    with pytest.raises(ValueError, match=r"1 anchor texts hold fewer than 2 tokens .*'a'"):
+        JacobiForcingTrainer(
+            fresh_tiny_model("llama"), args=config(tmp_path, base_kl_weight=1.0), anchor_dataset=one_token, **args
+        )
+
+
+def test_train_mixes_anchor_texts_from_a_file_into_its_rows(tmp_path, trajectories, monkeypatch):
+    """`hf-jacobi train --anchor_texts FILE --num_anchor_texts N`: N texts join the 4 trajectories (batch 2, one epoch:
+    3 steps instead of 2), and the run logs the anchor; without the anchor on, or with a count and no texts, it stops
+    before the model loads."""
+    from hf_jacobi.cli import main
+    from hf_jacobi.training import scripts
+
+    tokenizer = tiny_tokenizer()
+    fresh_tiny_model("llama").save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    data = trajectory_folder(trajectories, tmp_path / "trajectories")
+    texts = tmp_path / "code.jsonl"
+    texts.write_text("\n".join(f'{{"text": "t{i} t9 t8 t7 t{i + 20} t5"}}' for i in range(3, 6)))
+    argv = ["train", "--model_name_or_path", str(tmp_path / "model"), "--trajectories", str(data),
+            "--output_dir", str(tmp_path / "out"), "--num_train_epochs", "1", "--per_device_train_batch_size", "2",
+            "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no",
+            "--noise_window", "4", "--logging_steps", "1", "--anchor_texts", str(texts)]  # fmt: skip
+    assert main([*argv, "--base_kl_weight", "1", "--num_anchor_texts", "2"]) == 0
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    assert sum("base_kl" in entry for entry in state["log_history"]) == 3
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the anchor settings were checked")
+
+    monkeypatch.setattr(scripts, "load_model_and_tokenizer", no_load)
+    argv = argv[1:]  # run_train raises where main prints the error and exits 2
+    with pytest.raises(ValueError, match=r"anchor_texts='.*code.jsonl' is read only by the KL anchor, which is off"):
+        scripts.run_train(argv)
+    with pytest.raises(ValueError, match=r"num_anchor_texts=2 needs anchor_texts"):
+        scripts.run_train([*argv[:-2], "--base_kl_weight", "1", "--num_anchor_texts", "2"])
+    with pytest.raises(ValueError, match=r"num_anchor_texts must be >= 1, got 0"):
+        scripts.run_train([*argv, "--base_kl_weight", "1", "--num_anchor_texts", "0"])
 
 
 def test_the_collator_is_built_from_the_config_or_taken_as_given(tmp_path, trajectories):

@@ -10,7 +10,16 @@ import torch
 
 from hf_jacobi import JacobiForcingConfig, enable_jacobi
 from hf_jacobi.data.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
-from hf_jacobi.data.packing import IGNORE_INDEX, CleanView, JacobiForcingCollator, Segment, pack_trajectory
+from hf_jacobi.data.packing import (
+    ANCHOR_TEXT,
+    IGNORE_INDEX,
+    NO_BLOCK,
+    NO_TEACHER,
+    CleanView,
+    JacobiForcingCollator,
+    Segment,
+    pack_trajectory,
+)
 from hf_jacobi.data.schedule import choose_states, target_noise
 from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_mismatch, noise_level
 from hf_jacobi.decoding.masks import AttentionLayout
@@ -284,6 +293,20 @@ def test_packed_logits_equal_the_unpacked_views_the_mask_allows(family, attn):
             )
 
 
+def packed_and_clean_logits(model, batch, view: CleanView) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed forward's logits (under the noise-aware mask) and the clean view's at its targeted columns."""
+    mask = NoiseAwareMask.for_model(model)(batch["segment_ids"], batch["position_ids"])
+    with torch.no_grad():
+        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask).logits
+        clean = model(
+            input_ids=view.input_ids,
+            position_ids=view.position_ids,
+            attention_mask=view.attention_mask,
+            logits_to_keep=view.targeted_columns(),
+        ).logits
+    return packed, clean
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_clean_view_gives_the_packed_forwards_predictions_at_every_ar_target(family):
     """The KL anchor's base forward runs on the clean view alone: its logits at the AR targets must be the packed
@@ -296,25 +319,70 @@ def test_the_clean_view_gives_the_packed_forwards_predictions_at_every_ar_target
         blocks = [torch.randint(3, 120, (4,), generator=gen).tolist() for _ in range(num_blocks)]
         rows.append(trajectory(f"r{i}", prompt, blocks))
     batch = JacobiForcingCollator(PAD, noise_schedule="random", noise_window=4)(rows)
-    mask = NoiseAwareMask.for_model(model)(batch["segment_ids"], batch["position_ids"])
     view = CleanView.of(batch["input_ids"], batch["position_ids"], batch["segment_ids"], batch["ar_targets"])
     assert view.attention_mask.sum(1).tolist() == [5 + 12, 3 + 4, 7 + 8]
     assert view.position_ids[0, :17].tolist() == list(range(17))  # one causal sequence, no gap
     columns = view.targeted_columns()
-    with torch.no_grad():
-        packed = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask).logits
-        clean = model(
-            input_ids=view.input_ids,
-            position_ids=view.position_ids,
-            attention_mask=view.attention_mask,
-            logits_to_keep=columns,
-        ).logits
+    packed, clean = packed_and_clean_logits(model, batch, view)
     targeted = view.ar_targets[:, columns] != IGNORE_INDEX
     assert int(targeted.sum()) == int((batch["ar_targets"] != IGNORE_INDEX).sum())
     for row in range(len(rows)):
         packed_columns = view.order[row, columns][targeted[row]]
         assert (batch["ar_targets"][row, packed_columns] == view.ar_targets[row, columns][targeted[row]]).all()
         torch.testing.assert_close(clean[row][targeted[row]], packed[row, packed_columns], atol=2e-5, rtol=1e-4)
+
+
+def anchor_row(prompt_id, text):
+    """An anchor-text row as `with_anchor_texts` lays it out among trajectory rows."""
+    return {
+        "prompt_id": prompt_id,
+        "prompt_ids": text,
+        "completion_ids": [],
+        "block_size": 4,
+        "states": [],
+        "fixed_points": [],
+        ANCHOR_TEXT: True,
+    }
+
+
+def test_an_anchor_text_is_packed_alone_anchored_everywhere_with_nothing_else_to_learn():
+    rows = [
+        {**trajectory("t", [5, 6, 7], [[10, 11, 12, 13], [14, 15, 16, 17]]), ANCHOR_TEXT: False},
+        anchor_row("a", [40, 41, 42, 43, 44, 45]),
+    ]
+    batch = JacobiForcingCollator(PAD, noise_window=2, max_length=5)(rows[1:])
+    # cut to max_length, a causal span from position 0, every prediction anchored but the last (which has no target)
+    assert batch["input_ids"].tolist() == [[40, 41, 42, 43, 44]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4]]
+    assert batch["segment_ids"].tolist() == [[Segment.PROMPT] * 5]
+    assert batch["anchored"].tolist() == [[True, True, True, True, False]]
+    assert (batch["ar_targets"] == IGNORE_INDEX).all() and (batch["teacher_index"] == NO_TEACHER).all()
+    assert (batch["block_ids"] == NO_BLOCK).all()
+    # beside a trajectory: the trajectory's anchored tokens are exactly its AR targets, padding is never anchored
+    batch = JacobiForcingCollator(PAD, noise_window=2)(rows)
+    assert (batch["anchored"][0] == (batch["ar_targets"][0] != IGNORE_INDEX)).all()
+    assert batch["anchored"][1].tolist() == [True] * 5 + [False] * (batch["input_ids"].shape[1] - 5)
+
+
+def test_the_clean_view_of_an_anchor_text_gives_a_plain_forward_over_the_text():
+    """What the KL anchor compares on an anchor text: the packed forward's and the base's clean-view logits at every
+    anchored token are those of an ordinary causal forward over the text."""
+    model = tiny_model("llama")
+    text = [40, 41, 42, 43, 44, 45, 46]
+    rows = [trajectory("t", [5, 6, 7], [[10, 11, 12, 13], [14, 15, 16, 17]]), anchor_row("a", text)]
+    rows[0][ANCHOR_TEXT] = False
+    batch = JacobiForcingCollator(PAD, noise_window=2)(rows)
+    view = CleanView.of(
+        batch["input_ids"], batch["position_ids"], batch["segment_ids"], batch["ar_targets"], batch["anchored"]
+    )
+    columns = view.targeted_columns()
+    packed, clean = packed_and_clean_logits(model, batch, view)
+    with torch.no_grad():
+        plain = model(torch.tensor([text])).logits[0, :-1]
+    anchored = view.anchored[1, columns]
+    assert int(anchored.sum()) == len(text) - 1
+    torch.testing.assert_close(clean[1][anchored], plain, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(packed[1, : len(text) - 1], plain, atol=2e-5, rtol=1e-4)
 
 
 def test_flex_attention_block_mask_gives_the_same_logits():

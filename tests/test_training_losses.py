@@ -57,13 +57,13 @@ def test_base_kl_loss_by_hand():
     # KL(base || model) at the targeted tokens only, divided like the AR loss; gradients reach the model only
     logits = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1], [0.25, 0.75]]])).requires_grad_(True)
     base = torch.log(torch.tensor([[[0.75, 0.25], [0.5, 0.5], [0.25, 0.75]]])).requires_grad_(True)
-    targets = torch.tensor([[4, IGNORE_INDEX, 1]])
+    anchored = torch.tensor([[True, False, True]])
     kl_0 = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
-    assert base_kl_loss(logits, base, targets).item() == pytest.approx(kl_0 / 2)  # token 2: the same distribution
-    assert base_kl_loss(logits, base, targets, num_items=4).item() == pytest.approx(kl_0 / 4)
-    assert base_kl_loss(logits, logits, targets).item() == pytest.approx(0.0, abs=1e-7)
-    assert base_kl_loss(logits, base, torch.full_like(targets, IGNORE_INDEX)).item() == 0
-    base_kl_loss(logits, base, targets).backward()
+    assert base_kl_loss(logits, base, anchored).item() == pytest.approx(kl_0 / 2)  # token 2: the same distribution
+    assert base_kl_loss(logits, base, anchored, num_items=4).item() == pytest.approx(kl_0 / 4)
+    assert base_kl_loss(logits, logits, anchored).item() == pytest.approx(0.0, abs=1e-7)
+    assert base_kl_loss(logits, base, torch.zeros_like(anchored)).item() == 0
+    base_kl_loss(logits, base, anchored).backward()
     assert base.grad is None and logits.grad[0, 0].abs().sum() > 0 and logits.grad[0, 1].abs().sum() == 0
 
 
@@ -78,8 +78,17 @@ def test_loss_items_count_targets_and_blocks_or_students_over_all_micro_batches(
         "teacher_index": torch.tensor([[1, -1]]),
         "block_ids": torch.tensor([[0, 0]]),
     }
-    assert tuple(LossItems.count([first, second], "blocks")) == (5, 4)  # blocks: 2 + 1 in the first batch, 1
-    assert tuple(LossItems.count([first, second], "tokens")) == (5, 2)  # students: 1 and 1
+    # without the collator's `anchored`, the anchor reads the AR targets' tokens
+    assert tuple(LossItems.count([first, second], "blocks")) == (5, 4, 5)  # blocks: 2 + 1 in the first batch, 1
+    assert tuple(LossItems.count([first, second], "tokens")) == (5, 2, 5)  # students: 1 and 1
+    # an anchor text (no AR target, no block) adds anchored predictions only
+    text = {
+        "ar_targets": torch.full((1, 4), IGNORE_INDEX),
+        "teacher_index": torch.full((1, 4), -1),
+        "block_ids": torch.full((1, 4), -1),
+        "anchored": torch.tensor([[True, True, True, False]]),
+    }
+    assert tuple(LossItems.count([first, text], "blocks")) == (4, 3, 7)
 
 
 @pytest.mark.parametrize("normalization", ["blocks", "tokens"])

@@ -23,7 +23,9 @@ _EXPORTS = {
     "TrajectoryDataError": ".data.trajectory_schema",
     "collect_trajectories": ".data.collection",
     "load_trajectories": ".data.collection",
+    "encode_anchor_texts": ".data.anchor_texts",
     "encode_prompts": ".data.prompts",
+    "load_anchor_texts": ".data.anchor_texts",
     "load_prompts": ".data.prompts",
     "magpie_prompts": ".data.magpie",
     "stdlib_prompts": ".data.function_prompts",
@@ -45,7 +47,9 @@ __all__ = [
     "collect_trajectories",
     "disable_jacobi",
     "enable_jacobi",
+    "encode_anchor_texts",
     "encode_prompts",
+    "load_anchor_texts",
     "load_default_model",
     "load_model",
     "load_prompts",
@@ -70,6 +74,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the real names
+    from .data.anchor_texts import encode_anchor_texts, load_anchor_texts
     from .data.collection import collect_trajectories, load_trajectories
     from .data.function_prompts import stdlib_prompts
     from .data.magpie import magpie_prompts

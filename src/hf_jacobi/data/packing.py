@@ -58,6 +58,14 @@ class PackedSequence:
     block_ids: list[int] = field(default_factory=list)
     ar_targets: list[int] = field(default_factory=list)
     teacher_index: list[int] = field(default_factory=list)
+    anchored: list[bool] | None = None
+    """Where the KL anchor reads the prediction: every token with an AR target (the default, None), or, for an anchor
+    text (`pack_anchor_text`), every token but the last, with no AR target at all."""
+
+    def anchor_mask(self) -> list[bool]:
+        if self.anchored is not None:
+            return self.anchored
+        return [target != IGNORE_INDEX for target in self.ar_targets]
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -112,6 +120,19 @@ def pack_trajectory(
     return packed
 
 
+def pack_anchor_text(input_ids: Sequence[int]) -> PackedSequence:
+    """Lays out an anchor text (human-written, see `data.anchor_texts`): one causal span with no block and no AR
+    target, whose every prediction the KL anchor holds to the base model's (the model is not trained to fit it)."""
+    packed = PackedSequence()
+    packed.extend(input_ids, 0, Segment.PROMPT, NO_BLOCK)
+    packed.anchored = [True] * (len(input_ids) - 1) + [False]
+    return packed
+
+
+ANCHOR_TEXT = "anchor_text"
+"""The column that marks an anchor-text row among trajectory rows (`with_anchor_texts`)."""
+
+
 TRAJECTORY_COLUMNS = ("prompt_id", "prompt_ids", "completion_ids", "block_size", "states", "fixed_points")
 """The columns of a trajectory row (see `collect_trajectories`) that the collator reads."""
 
@@ -138,8 +159,11 @@ class JacobiForcingCollator:
     The trainer advances `epoch`; nothing else changes after construction. The settings are trusted as given: build
     the collator with `from_config` from a validated `JacobiForcingConfig`.
 
-    Output keys: input_ids, position_ids, segment_ids (`Segment` values), ar_targets, teacher_index, block_ids; each
-    [B, L], with L a multiple of `pad_to_multiple_of` when it is set. There is no attention mask: how the noise-aware
+    A row marked `ANCHOR_TEXT` (see `training.dataset.with_anchor_texts`) is an anchor text: `prompt_ids` holds it,
+    packed alone with no block (`pack_anchor_text`).
+
+    Output keys: input_ids, position_ids, segment_ids (`Segment` values), ar_targets, teacher_index, block_ids, and
+    anchored (bool: where the KL anchor reads a prediction); each [B, L], with L a multiple of `pad_to_multiple_of` when it is set. There is no attention mask: how the noise-aware
     mask is expressed depends on the model (dtype, attention backend, sliding windows), so the trainer builds it from
     segment_ids and position_ids (`data.masks.NoiseAwareMask`), as a model builds its own causal mask.
     """
@@ -173,6 +197,8 @@ class JacobiForcingCollator:
         return max(0, min(num_blocks, (self.max_length - prompt_len) // (2 * block_size)))
 
     def pack(self, example: dict[str, Any]) -> PackedSequence:
+        if example.get(ANCHOR_TEXT, False):
+            return pack_anchor_text(example["prompt_ids"][: self.max_length])
         generator = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, example["prompt_id"]))
         fixed_points = example["fixed_points"]
         n = example["block_size"]
@@ -198,6 +224,7 @@ class JacobiForcingCollator:
             "block_ids": _padded([p.block_ids for p in packed], length, NO_BLOCK),
             "ar_targets": _padded([p.ar_targets for p in packed], length, IGNORE_INDEX),
             "teacher_index": _padded([p.teacher_index for p in packed], length, NO_TEACHER),
+            "anchored": _padded([p.anchor_mask() for p in packed], length, False).bool(),
         }
 
 
@@ -218,13 +245,14 @@ class CleanView:
     only the clean tokens' predictions (the base model of the KL anchor) runs on it.
 
     `order[b, i]` is the packed column of the view's token i; `attention_mask` marks the real tokens (the padding
-    columns of a shorter row point at packed column 0 and hold no AR target).
+    columns of a shorter row point at packed column 0 and hold no AR target and no anchor).
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor
     ar_targets: torch.Tensor
+    anchored: torch.Tensor
     order: torch.Tensor
 
     @classmethod
@@ -234,7 +262,11 @@ class CleanView:
         position_ids: torch.Tensor,
         segment_ids: torch.Tensor,
         ar_targets: torch.Tensor,
+        anchored: torch.Tensor | None = None,
     ) -> CleanView:
+        """`anchored`: the collator's mask of the predictions the KL anchor reads (None: the AR targets')."""
+        if anchored is None:
+            anchored = ar_targets != IGNORE_INDEX
         kept = (segment_ids == Segment.PROMPT) | (segment_ids == Segment.CLEAN)
         lengths = kept.sum(1)
         width = max(int(lengths.max()), 1)
@@ -248,9 +280,10 @@ class CleanView:
             position_ids=position_ids.gather(1, order).masked_fill(~real, 0),
             attention_mask=real.long(),
             ar_targets=targets,
+            anchored=anchored.gather(1, order) & real,
             order=order,
         )
 
     def targeted_columns(self) -> torch.Tensor:
-        """The view's columns where some row has an AR target: the only predictions the anchor reads."""
-        return (self.ar_targets != IGNORE_INDEX).any(0).nonzero().squeeze(1)
+        """The view's columns where some row is anchored: the only predictions the anchor reads."""
+        return self.anchored.any(0).nonzero().squeeze(1)

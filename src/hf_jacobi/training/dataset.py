@@ -9,7 +9,7 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from ..data.packing import TRAJECTORY_COLUMNS, JacobiForcingCollator
+from ..data.packing import ANCHOR_TEXT, TRAJECTORY_COLUMNS, JacobiForcingCollator
 from ..data.trajectory_schema import check_not_empty, check_trajectory_table
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,38 @@ def usable_trajectories(dataset: datasets.Dataset, collator: JacobiForcingCollat
             collator.max_length,
         )
     return kept
+
+
+def with_anchor_texts(trajectories: datasets.Dataset, anchor_texts: datasets.Dataset) -> datasets.Dataset:
+    """The trajectories followed by the anchor texts (`text_id`, `input_ids`; see `data.anchor_texts`), as rows of
+    one table that the Trainer's sampler shuffles together; `ANCHOR_TEXT` marks the texts, which the collator packs
+    with no block (`pack_anchor_text`). Only the columns the collator reads are kept."""
+    missing = [c for c in ("text_id", "input_ids") if c not in anchor_texts.column_names]
+    if missing:
+        raise ValueError(
+            f"the anchor texts lack the column(s) {missing} (columns: {anchor_texts.column_names}): encode them with "
+            "hf_jacobi.data.anchor_texts.encode_anchor_texts"
+        )
+    check_not_empty(len(anchor_texts), "the anchor text dataset")
+    short = [t for t, ids in zip(anchor_texts["text_id"], anchor_texts["input_ids"], strict=True) if len(ids) < 2]
+    if short:
+        raise ValueError(f"{len(short)} anchor texts hold fewer than 2 tokens (nothing to predict), e.g. {short[0]!r}")
+    kept = trajectories.select_columns(list(TRAJECTORY_COLUMNS))
+    kept = kept.add_column(ANCHOR_TEXT, [False] * len(kept))
+    n = len(anchor_texts)
+    texts = datasets.Dataset.from_dict(
+        {
+            "prompt_id": [f"anchor/{text_id}" for text_id in anchor_texts["text_id"]],
+            "prompt_ids": anchor_texts["input_ids"],
+            "completion_ids": [[]] * n,
+            "block_size": [kept[0]["block_size"]] * n,
+            "states": [[]] * n,
+            "fixed_points": [[]] * n,
+            ANCHOR_TEXT: [True] * n,
+        },
+        features=kept.features,
+    )
+    return datasets.concatenate_datasets([kept, texts])
 
 
 def pad_token_id(processing_class: Any, pad_token: str | None = None) -> int:

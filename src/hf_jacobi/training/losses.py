@@ -33,22 +33,25 @@ class LossItems(NamedTuple):
 
     `ar`: tokens with a next-token target (`ar_targets != IGNORE_INDEX`). `consistency`: with "blocks"
     normalization, the packed blocks (converged ones included: they count as blocks the model already gets right);
-    with "tokens", the noisy tokens that have a teacher.
+    with "tokens", the noisy tokens that have a teacher. `anchored`: the predictions the KL anchor reads (the
+    collator's `anchored`: the AR targets' tokens, plus every token of an anchor text).
     """
 
     ar: torch.Tensor
     consistency: torch.Tensor
+    anchored: torch.Tensor
 
     @classmethod
     def count(cls, batches: Iterable[Mapping[str, torch.Tensor]], normalization: str) -> LossItems:
-        ar, consistency = 0, 0
+        ar, consistency, anchored = 0, 0, 0
         for batch in batches:
             ar = ar + (batch["ar_targets"] != IGNORE_INDEX).sum()
             if normalization == "tokens":
                 consistency = consistency + (batch["teacher_index"] != NO_TEACHER).sum()
             else:
                 consistency = consistency + _blocks_per_row(batch["block_ids"]).sum()
-        return cls(torch.as_tensor(ar), torch.as_tensor(consistency))
+            anchored = anchored + batch.get("anchored", batch["ar_targets"] != IGNORE_INDEX).sum()
+        return cls(torch.as_tensor(ar), torch.as_tensor(consistency), torch.as_tensor(anchored))
 
 
 def consistency_loss(
@@ -101,16 +104,17 @@ def ar_loss(logits: torch.Tensor, targets: torch.Tensor, num_items: torch.Tensor
 def base_kl_loss(
     logits: torch.Tensor,
     base_logits: torch.Tensor,
-    targets: torch.Tensor,
+    anchored: torch.Tensor,
     num_items: torch.Tensor | int | None = None,
 ) -> torch.Tensor:
-    """KL(base || model) of the next-token distributions at the tokens the AR loss covers (`targets` set), summed and
-    divided by `num_items` (the AR loss's count over the accumulated batch; None counts this batch's).
+    """KL(base || model) of the next-token distributions where `anchored` (bool, [B, L]) is set: the tokens the AR
+    loss covers and those of anchor texts. Summed and divided by `num_items` (the anchored predictions over the
+    accumulated batch; None counts this batch's).
 
     The direction is the distillation one: it is large where the base model puts mass the trained model dropped, which
     is what raises the NLL of text the model did not write itself.
     """
-    targeted = targets != IGNORE_INDEX
+    targeted = anchored
     if not targeted.any():
         return logits.sum() * 0.0
     student = logits[targeted].float().log_softmax(-1)

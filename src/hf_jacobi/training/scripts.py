@@ -122,6 +122,17 @@ class TrainScriptArguments:
             "and target modules): a second round continues the round-1 adapter on the round-1 model's trajectories"
         },
     )
+    anchor_texts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Human-written texts the KL anchor holds the model to the base on, mixed into the training rows "
+            "(needs base_kl_weight > 0): 'packages-source' (shipped: the source code of the `packages` train "
+            "prompts' functions) or a local .parquet/.json/.jsonl file with a 'text' column (default: none)"
+        },
+    )
+    num_anchor_texts: int | None = field(
+        default=None, metadata={"help": "Only the first N anchor texts (default: all of --anchor_texts)."}
+    )
     heldout_prompts: str | None = field(
         default=None,
         metadata={"help": "A prompt source to measure held-out tokens per forward on during training (off if unset)."},
@@ -143,6 +154,10 @@ class TrainScriptArguments:
             self.trajectory_prompts = [self.trajectory_prompts]
         if isinstance(self.num_trajectory_prompts, int):
             self.num_trajectory_prompts = [self.num_trajectory_prompts]
+        if self.num_anchor_texts is not None and self.anchor_texts is None:
+            raise ValueError(f"num_anchor_texts={self.num_anchor_texts} needs anchor_texts: the texts it counts in.")
+        if self.num_anchor_texts is not None and self.num_anchor_texts < 1:
+            raise ValueError(f"num_anchor_texts must be >= 1, got {self.num_anchor_texts}.")
         counts = self.num_trajectory_prompts
         if counts is None:
             return
@@ -169,6 +184,14 @@ class TrainScriptArguments:
         return select_trajectories(
             dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
+
+    def load_anchor_texts(self, tokenizer, max_length: int | None) -> datasets.Dataset | None:
+        """The `--anchor_texts`, encoded as raw text and cut to `max_length` tokens, or None."""
+        if self.anchor_texts is None:
+            return None
+        from ..data.anchor_texts import encode_anchor_texts, load_anchor_texts
+
+        return encode_anchor_texts(load_anchor_texts(self.anchor_texts, self.num_anchor_texts), tokenizer, max_length)
 
     def check_init_adapter(self, peft_config) -> None:
         """Refuse an `--init_adapter` that is not the LoRA the run asks for, before the base model loads: one adapter
@@ -323,6 +346,11 @@ def run_train(argv: list[str]) -> int:
     # bad data, a folder without the prompts asked for, or an adapter the run cannot continue is reported before the
     # model loads
     dataset = script_args.load()
+    if script_args.anchor_texts is not None and not training_args.base_kl_weight > 0:
+        raise ValueError(
+            f"anchor_texts={script_args.anchor_texts!r} is read only by the KL anchor, which is off: set "
+            "base_kl_weight > 0."
+        )
     peft_config = get_peft_config(model_args)
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
@@ -333,6 +361,7 @@ def run_train(argv: list[str]) -> int:
         split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
         dataset, eval_dataset = split["train"], split["test"]
     heldout = script_args.callback(tokenizer)
+    anchor_texts = script_args.load_anchor_texts(tokenizer, training_args.max_length)
     if script_args.init_adapter is not None:
         model, peft_config = script_args.continued_adapter(model, peft_config), None
     trainer = JacobiForcingTrainer(
@@ -343,6 +372,7 @@ def run_train(argv: list[str]) -> int:
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[heldout] if heldout is not None else None,
+        anchor_dataset=anchor_texts,
     )
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     trainer.train(resume_from_checkpoint=checkpoint)

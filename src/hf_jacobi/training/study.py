@@ -114,7 +114,7 @@ def plot(runs: list[RunCurve], path: str | Path, title: str = "held-out tokens p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7, 4.2))
+    figure, axis = plt.subplots(figsize=(9.5, 4.6))
     styles = ("-", "--", ":")  # matplotlib's colour cycle repeats after 10 lines; the style tells those apart
     lines = [(run, setting) for run in runs for setting in run.settings]
     for index, (run, setting) in enumerate(lines):
@@ -125,7 +125,7 @@ def plot(runs: list[RunCurve], path: str | Path, title: str = "held-out tokens p
     axis.set_ylabel("tokens per forward (held-out)")
     axis.set_title(title)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: inside, it hid curves
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
 from .config import JacobiForcingConfig
-from .dataset import CollatorEpoch, pad_token_id, usable_trajectories
+from .dataset import CollatorEpoch, pad_token_id, usable_trajectories, with_anchor_texts
 from .losses import LossItems, ar_loss, base_kl_loss, consistency_loss
 
 
@@ -46,6 +46,9 @@ class JacobiForcingTrainer(SFTTrainer):
             name when not given.
         data_collator: a `JacobiForcingCollator`, used as given; by default one is built from `args`.
         peft_config: a peft config (e.g. `LoraConfig`) to train an adapter instead of the full model.
+        anchor_dataset: human-written texts (`text_id`, `input_ids`; `load_anchor_texts` + `encode_anchor_texts`)
+            mixed into the training rows, where the KL anchor holds the model to the base and nothing else trains
+            (needs `base_kl_weight` > 0): the anchor at the model's own answers does not keep the NLL of other text.
         Other arguments are SFTTrainer's.
     """
 
@@ -71,6 +74,7 @@ class JacobiForcingTrainer(SFTTrainer):
         data_collator: JacobiForcingCollator | None = None,
         peft_config=None,
         callbacks: list[TrainerCallback] | None = None,
+        anchor_dataset: datasets.Dataset | None = None,
         **kwargs: Any,
     ) -> None:
         if args is None:
@@ -90,6 +94,15 @@ class JacobiForcingTrainer(SFTTrainer):
                 f"{type(data_collator).__name__}; pass None to build one from args."
             )
         train_dataset = usable_trajectories(train_dataset, data_collator, "train")
+        sizes = collections.Counter(train_dataset["block_size"])
+        trained_block_size = sizes.most_common(1)[0][0]
+        if anchor_dataset is not None:
+            if not args.base_kl_weight > 0:
+                raise ValueError(
+                    "anchor_dataset is read only by the KL anchor, which is off (base_kl_weight=0): set "
+                    f"base_kl_weight > 0 or leave the {len(anchor_dataset)} anchor texts out."
+                )
+            train_dataset = with_anchor_texts(train_dataset, anchor_dataset)
         if isinstance(eval_dataset, dict):
             eval_dataset = {k: usable_trajectories(v, data_collator, k) for k, v in eval_dataset.items()}
         elif eval_dataset is not None:
@@ -114,8 +127,7 @@ class JacobiForcingTrainer(SFTTrainer):
             # SFTTrainer binds a patched forward (its fused LM head) to the model instance, closing over the original
             # model's bound forward: the copy would keep that closure and run the weights being trained.
             vars(self._frozen_base).pop("forward", None)
-        sizes = collections.Counter(train_dataset["block_size"])
-        self._trained_block_size = sizes.most_common(1)[0][0]
+        self._trained_block_size = trained_block_size
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, LossItems]:
         """The micro-batches of one optimizer step, and the items both losses are divided by, counted over all of them
@@ -136,6 +148,7 @@ class JacobiForcingTrainer(SFTTrainer):
         teacher_index = inputs.pop("teacher_index")
         block_ids = inputs.pop("block_ids")
         segment_ids = inputs.pop("segment_ids")
+        anchored = inputs.pop("anchored", None)
         inputs["attention_mask"] = self.noise_aware_mask(segment_ids, inputs["position_ids"])
         outputs = model(**inputs, use_cache=False)
         items = num_items_in_batch
@@ -149,7 +162,7 @@ class JacobiForcingTrainer(SFTTrainer):
         autoregressive = ar_loss(outputs.logits, ar_targets, items.ar if items is not None else None)
         anchor = None
         if self.args.base_kl_weight > 0:
-            anchor = self._base_kl(model, inputs, outputs.logits, segment_ids, ar_targets, items)
+            anchor = self._base_kl(model, inputs, outputs.logits, segment_ids, ar_targets, anchored, items)
         if items is not None and self.args.average_tokens_across_devices:
             # The counts cover every process and DDP averages the gradients over processes: scale back to a sum.
             consistency = consistency * self.accelerator.num_processes
@@ -181,12 +194,13 @@ class JacobiForcingTrainer(SFTTrainer):
         logits: torch.Tensor,
         segment_ids: torch.Tensor,
         ar_targets: torch.Tensor,
+        anchored: torch.Tensor | None,
         items: LossItems | None,
     ) -> torch.Tensor:
         """The KL anchor, with the base model run on the clean view only and projected through the LM head only where
-        the AR loss has a target: the anchor reads nothing else, and a base forward over the whole packed batch (4D
+        some row is anchored (AR targets, anchor texts): the anchor reads nothing else, and a base forward over the whole packed batch (4D
         mask, full-vocabulary logits at every noisy token) made a step 1.33x one without the anchor, this one 1.12x."""
-        view = CleanView.of(inputs["input_ids"], inputs["position_ids"], segment_ids, ar_targets)
+        view = CleanView.of(inputs["input_ids"], inputs["position_ids"], segment_ids, ar_targets, anchored)
         columns = view.targeted_columns()
         if columns.numel() == 0:
             return logits.sum() * 0.0
@@ -200,7 +214,10 @@ class JacobiForcingTrainer(SFTTrainer):
             ).logits
         packed = view.order[:, columns, None].expand(-1, -1, logits.size(-1))
         return base_kl_loss(
-            logits.gather(1, packed), base_logits, view.ar_targets[:, columns], items.ar if items is not None else None
+            logits.gather(1, packed),
+            base_logits,
+            view.anchored[:, columns],
+            items.anchored if items is not None else None,
         )
 
     @contextlib.contextmanager
