@@ -287,8 +287,8 @@ def test_anchor_texts_need_the_kl_anchor_and_token_ids(tmp_path, trajectories):
 
 def test_train_mixes_anchor_texts_from_a_file_into_its_rows(tmp_path, trajectories, monkeypatch):
     """`hf-jacobi train --anchor_texts FILE --num_anchor_texts N`: N texts join the 4 trajectories (batch 2, one epoch:
-    3 steps instead of 2), and the run logs the anchor; without the anchor on, or with a count and no texts, it stops
-    before the model loads."""
+    3 steps instead of 2), and the run logs the anchor; without the anchor on, with a count and no texts, or with an
+    unknown source, it stops before the model loads."""
     from hf_jacobi.cli import main
     from hf_jacobi.training import scripts
 
@@ -318,6 +318,8 @@ def test_train_mixes_anchor_texts_from_a_file_into_its_rows(tmp_path, trajectori
         scripts.run_train([*argv[:-2], "--base_kl_weight", "1", "--num_anchor_texts", "2"])
     with pytest.raises(ValueError, match=r"num_anchor_texts must be >= 1, got 0"):
         scripts.run_train([*argv, "--base_kl_weight", "1", "--num_anchor_texts", "0"])
+    with pytest.raises(ValueError, match=r"unknown anchor text source 'nope': use one of \['packages-source'\]"):
+        scripts.run_train([*argv[:-1], "nope", "--base_kl_weight", "1"])
 
 
 def test_the_collator_is_built_from_the_config_or_taken_as_given(tmp_path, trajectories):

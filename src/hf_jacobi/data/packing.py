@@ -163,9 +163,10 @@ class JacobiForcingCollator:
     packed alone with no block (`pack_anchor_text`).
 
     Output keys: input_ids, position_ids, segment_ids (`Segment` values), ar_targets, teacher_index, block_ids, and
-    anchored (bool: where the KL anchor reads a prediction); each [B, L], with L a multiple of `pad_to_multiple_of` when it is set. There is no attention mask: how the noise-aware
-    mask is expressed depends on the model (dtype, attention backend, sliding windows), so the trainer builds it from
-    segment_ids and position_ids (`data.masks.NoiseAwareMask`), as a model builds its own causal mask.
+    anchored (bool: where the KL anchor reads a prediction); each [B, L], with L a multiple of `pad_to_multiple_of`
+    when it is set. There is no attention mask: how the noise-aware mask is expressed depends on the model (dtype,
+    attention backend, sliding windows), so the trainer builds it from segment_ids and position_ids
+    (`data.masks.NoiseAwareMask`), as a model builds its own causal mask.
     """
 
     pad_token_id: int

@@ -114,13 +114,12 @@ def base_kl_loss(
     The direction is the distillation one: it is large where the base model puts mass the trained model dropped, which
     is what raises the NLL of text the model did not write itself.
     """
-    targeted = anchored
-    if not targeted.any():
+    if not anchored.any():
         return logits.sum() * 0.0
-    student = logits[targeted].float().log_softmax(-1)
-    base = base_logits[targeted].detach().float().log_softmax(-1)
+    student = logits[anchored].float().log_softmax(-1)
+    base = base_logits[anchored].detach().float().log_softmax(-1)
     total = F.kl_div(student, base, log_target=True, reduction="sum")
-    return total / _divisor(num_items, int(targeted.sum()))
+    return total / _divisor(num_items, int(anchored.sum()))
 
 
 def _blocks_per_row(block_ids: torch.Tensor) -> torch.Tensor:

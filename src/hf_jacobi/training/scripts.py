@@ -185,13 +185,14 @@ class TrainScriptArguments:
             dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
 
-    def load_anchor_texts(self, tokenizer, max_length: int | None) -> datasets.Dataset | None:
-        """The `--anchor_texts`, encoded as raw text and cut to `max_length` tokens, or None."""
+    def load_anchor_texts(self) -> datasets.Dataset | None:
+        """The `--anchor_texts` (the first `--num_anchor_texts`), or None; read before the model loads, so that a bad
+        source is reported at once."""
         if self.anchor_texts is None:
             return None
-        from ..data.anchor_texts import encode_anchor_texts, load_anchor_texts
+        from ..data.anchor_texts import load_anchor_texts
 
-        return encode_anchor_texts(load_anchor_texts(self.anchor_texts, self.num_anchor_texts), tokenizer, max_length)
+        return load_anchor_texts(self.anchor_texts, self.num_anchor_texts)
 
     def check_init_adapter(self, peft_config) -> None:
         """Refuse an `--init_adapter` that is not the LoRA the run asks for, before the base model loads: one adapter
@@ -351,6 +352,7 @@ def run_train(argv: list[str]) -> int:
             f"anchor_texts={script_args.anchor_texts!r} is read only by the KL anchor, which is off: set "
             "base_kl_weight > 0."
         )
+    anchor_texts = script_args.load_anchor_texts()
     peft_config = get_peft_config(model_args)
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
@@ -361,7 +363,10 @@ def run_train(argv: list[str]) -> int:
         split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
         dataset, eval_dataset = split["train"], split["test"]
     heldout = script_args.callback(tokenizer)
-    anchor_texts = script_args.load_anchor_texts(tokenizer, training_args.max_length)
+    if anchor_texts is not None:
+        from ..data.anchor_texts import encode_anchor_texts
+
+        anchor_texts = encode_anchor_texts(anchor_texts, tokenizer, training_args.max_length)
     if script_args.init_adapter is not None:
         model, peft_config = script_args.continued_adapter(model, peft_config), None
     trainer = JacobiForcingTrainer(
