@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import datasets
 import pytest
@@ -22,9 +21,9 @@ from hf_jacobi.data.anchor_texts import (
 )
 from hf_jacobi.data.decontamination import find_overlaps
 from hf_jacobi.data.function_prompts import package_prompt_set
+from test_prompt_sources import evaluation_texts as shipped_evaluation_texts
 from tiny_models import tiny_tokenizer
 
-DATA = Path(__file__).parent / "data"
 CARD = ANCHOR_TEXT_SET.with_suffix(".md")
 
 
@@ -46,9 +45,7 @@ def test_the_shipped_set_holds_distinct_sources_of_train_prompt_functions_only(s
 def test_the_shipped_set_shares_no_13_gram_with_any_evaluation_text(shipped):
     references = evaluation_texts()  # HumanEval prompts + canonical solutions, the `packages` test prompts
     assert sum(task.startswith("HumanEval/") for task in references) == 164
-    for name, column in (("gsm8k_sample.jsonl", "question"), ("math_sample.jsonl", "problem")):
-        for index, line in enumerate((DATA / name).read_text().splitlines()):
-            references[f"{name}/{index}"] = json.loads(line)[column]
+    references.update({f"shipped/{key}": text for key, text in shipped_evaluation_texts().items()})  # + GSM8K, MATH
     overlaps = find_overlaps(dict(zip(shipped["text_id"], shipped["text"], strict=True)), references)
     assert not overlaps, overlaps[:3]
 
@@ -87,6 +84,10 @@ def test_anchor_texts_load_from_a_file_and_bad_sources_are_named(tmp_path, shipp
     wrong.write_text(json.dumps({"content": "x"}))
     with pytest.raises(ValueError, match=r"has no 'text' column \(columns: \['content'\]\)"):
         load_anchor_texts(str(wrong))
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"text": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.jsonl', line 1: not UTF-8 text"):  # the shared local-file reader
+        load_anchor_texts(str(latin))
     with pytest.raises(ValueError, match=r"limit"):
         load_anchor_texts("packages-source", limit=0)
 

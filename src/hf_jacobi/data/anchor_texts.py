@@ -29,6 +29,7 @@ import datasets
 
 from .decontamination import find_overlaps, prompt_texts
 from .limits import check_limit
+from .local_files import LOCAL_BUILDERS, load_local_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -115,13 +116,12 @@ def load_anchor_texts(source: str, limit: int | None = None) -> datasets.Dataset
         dataset = datasets.Dataset.from_parquet(str(ANCHOR_TEXT_SOURCES[source]))
     else:
         path = Path(source).expanduser()
-        builders = {".parquet": "parquet", ".json": "json", ".jsonl": "json"}
-        if path.suffix not in builders or not path.is_file():
+        if path.suffix not in LOCAL_BUILDERS or not path.is_file():
             raise ValueError(
                 f"unknown anchor text source {source!r}: use one of {sorted(ANCHOR_TEXT_SOURCES)} or a local "
-                f"{'/'.join(builders)} file with a 'text' column"
+                f"{'/'.join(LOCAL_BUILDERS)} file with a 'text' column"
             )
-        dataset = datasets.load_dataset(builders[path.suffix], data_files=str(path), split="train")
+        dataset = load_local_dataset([path], LOCAL_BUILDERS[path.suffix], source)
         if "text" not in dataset.column_names:
             raise ValueError(f"anchor text file {source} has no 'text' column (columns: {dataset.column_names})")
         if "text_id" not in dataset.column_names:

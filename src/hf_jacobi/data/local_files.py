@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import datasets
 
 _CHUNK = 1 << 20
+LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+"""The file suffixes read here, and the `datasets` builder of each."""
 JSON_FORMS = "one JSON object per line (JSON Lines) or a JSON list of objects"
 
 

@@ -19,14 +19,13 @@ from ..loading import encode_chat
 from .function_prompts import package_prompt_set, rows_dataset, snapshot_split, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit
-from .local_files import load_local_dataset
+from .local_files import LOCAL_BUILDERS, load_local_dataset
 
 logger = logging.getLogger(__name__)
 
 PAPER_SOURCES = {"opencodeinstruct": "nvidia/OpenCodeInstruct", "openthoughts2": "open-thoughts/OpenThoughts2-1M"}
 PROMPT_COLUMNS = ("messages", "conversations", "prompt", "input", "instruction", "question")
 ID_COLUMNS = ("prompt_id", "id")
-LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 # Suffixes that mark a source as a file even when it does not exist, so a typo is reported instead of a hub lookup.
 DATA_SUFFIXES = (*LOCAL_BUILDERS, ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant"}
