@@ -92,15 +92,18 @@ recipe-cpu: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate.yaml --skip_prompts 8 --num_prompts 4 \
 		--output_file runs/smollm2-135m-jf/evaluate-held-out.json
 
-# The shipped Jacobi Forcing adapter, end to end: two rounds, as in the paper, then the export into
-# src/hf_jacobi/weights/. Round 1 (`jacobi-forcing-round1`): trajectories of the first JF_PROMPTS `packages` train
-# prompts (resumed into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch,
-# 16 minutes with one process per core on 2 cores), LoRA training (12.5 minutes), held-out evaluation (4 minutes).
-# Round 2 (`jacobi-forcing-round2`): the round-1 model's own trajectories of the same prompts (16 minutes), one more
-# epoch of the same adapter on them with the KL anchor to the base model (15 minutes), the held-out evaluations
-# (`packages`, and the HumanEval quality gate with the canonical-solution NLL; 11 minutes). Measured from nothing (empty
-# model cache, JF_TRAJ elsewhere): 74 minutes, output equal to the shipped adapter's; docs/results/jacobi-forcing-cpu/
-# reproduction has the command and the comparison.
+# The shipped Jacobi Forcing adapter, end to end (`jacobi-forcing-cpu`), three rounds on the model's own
+# trajectories. Round 1 (`jacobi-forcing-round1`): trajectories of the first JF_PROMPTS `packages` train prompts
+# (resumed into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch, 16 minutes
+# with one process per core on 2 cores), LoRA training (12.5 minutes), held-out evaluation (4 minutes). Round 2
+# (`jacobi-forcing-round2`): the round-1 model's own trajectories of the same prompts (16 minutes), one more epoch of
+# the same adapter on them with the KL anchor to the base model (15 minutes), the held-out evaluations (`packages`, and
+# the HumanEval quality gate with the canonical-solution NLL; 11 minutes); from nothing: 74 minutes, output equal to
+# the adapter shipped until 2026-11-25 to every printed digit (docs/results/jacobi-forcing-cpu/reproduction).
+# Round 3 on-policy (`collect-onpolicy`, `jacobi-forcing-onpolicy`): the round-2 model's own trajectories of 2,000
+# prompts (about 2 hours), one more epoch of the round-2 adapter on them with the KL anchor carried onto 300
+# human-written anchor texts (575 steps, about 2 h 15 min), the held-out evaluations (about 20 minutes). Then the
+# export into src/hf_jacobi/weights/ with the tuned Jacobi defaults. About 6 hours on 2 quiet cores in all.
 JF_PROMPTS ?= 240
 JF_RESULTS := docs/results/jacobi-forcing-cpu
 # the quality gate every candidate adapter passes through: 16 HumanEval chat problems at the shipped default's block
@@ -112,15 +115,20 @@ JF_ROUND2_TRAJ ?= runs/smollm2-135m-jf/trajectories-round2
 JF_ROUND2_RUN ?= runs/smollm2-135m-jf/lora-r16-round2-kl1
 # the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
 # CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
-JF_JACOBI ?= --block-size 16 --num-blocks 1 --ngram-pool-size 4 --verify-size 2
+JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4 --verify-size 2
 # where the evaluations' JSON files and the exported adapter go: the committed results and the package's weights
 # folder by default; a reproduction that must leave both alone points them elsewhere, e.g.
 #   make jacobi-forcing-cpu JF_TRAJ=runs/e2e/traj JF_RUN=runs/e2e/r1 JF_ROUND2_TRAJ=runs/e2e/traj2 \
-#     JF_ROUND2_RUN=runs/e2e/r2 JF_EVAL_DIR=runs/e2e JF_EXPORT=runs/e2e/weights
+#     JF_ROUND2_RUN=runs/e2e/r2 JF_CHAIN_ONPOLICY=runs/e2e/traj3 JF_ONPOLICY_RUN=runs/e2e/r3 \
+#     JF_EVAL_DIR=runs/e2e JF_EXPORT=runs/e2e/weights
 JF_EVAL_DIR ?= $(JF_RESULTS)
 JF_EXPORT ?=
+# the round-3 trajectories of an end-to-end run: collected afresh from its own round-2 adapter (the committed folders
+# belong to the committed round-2 adapter, and a collection refuses to resume a folder of another model)
+JF_CHAIN_ONPOLICY ?= runs/smollm2-135m-jf/trajectories-onpolicy
 jacobi-forcing-cpu: jacobi-forcing-round1 jacobi-forcing-round2
-	$(BIN)/hf-jacobi export-weights $(JF_ROUND2_RUN) $(JF_JACOBI) $(if $(JF_EXPORT),--output-dir $(JF_EXPORT))
+	$(MAKE) collect-onpolicy jacobi-forcing-onpolicy JF_ONPOLICY_INIT=$(JF_ROUND2_RUN) JF_ONPOLICY=$(JF_CHAIN_ONPOLICY)
+	$(BIN)/hf-jacobi export-weights $(JF_ONPOLICY_RUN) $(JF_JACOBI) $(if $(JF_EXPORT),--output-dir $(JF_EXPORT))
 
 jacobi-forcing-round1: setup
 	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
@@ -165,16 +173,16 @@ train-mixed: setup
 # default; 16 HumanEval problems with the canonical-solution NLL): about 20 minutes on 2 cores.
 evaluate-mixed: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(MIXED) \
-		--output_file $(JF_RESULTS)/evaluate-$(MIXED_NAME).json
+		--output_file $(JF_EVAL_DIR)/evaluate-$(MIXED_NAME).json
 	$(BIN)/hf-jacobi evaluate --prompts packages --prompt_split test --num_prompts 4 --adapter $(MIXED) \
 		--settings recycling --block_size 8 --max_new_tokens 128 --batch_size 4 \
-		--output_file $(JF_RESULTS)/evaluate-bench-prompts-$(MIXED_NAME).json
+		--output_file $(JF_EVAL_DIR)/evaluate-bench-prompts-$(MIXED_NAME).json
 	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter $(MIXED) \
-		--output_file $(JF_RESULTS)/evaluate-humaneval-$(MIXED_NAME).json
+		--output_file $(JF_EVAL_DIR)/evaluate-humaneval-$(MIXED_NAME).json
 
 # Wall time of the untrained and the trained embedded model on held-out prompts (the first 4 `packages` test prompts,
 # 128 new tokens), greedy AR, AR with static cache + torch.compile, block 8 + recycling, and (trained) the shipped
-# Jacobi defaults, 5 alternating rounds each: about 25 minutes on 2 cores. Run it on a quiet machine.
+# Jacobi defaults, 5 alternating rounds each: about 15 minutes on 2 cores. Run it on a quiet machine.
 BENCH_JF = --task prompts --limit 4 --max-new-tokens 128 --rounds 5 --block-sizes 8 --variants recycling
 bench-jacobi-forcing: setup
 	$(BIN)/hf-jacobi bench $(BENCH_JF) --output-dir $(JF_RESULTS)/bench-untrained
@@ -187,28 +195,28 @@ collect-trajectories: setup
 	$(COLLECT) --config $(RECIPE)/collect_packages.yaml
 	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml
 
-# On-policy data at scale: the shipped adapter's own Jacobi trajectories of the 2,000 prompts round 3 trained on (224
-# `magpie`, then 1,776 `packages`), for a round that keeps the shipped model's answers (round 3, trained on the base
-# model's, lost recycling acceptance). About 2 hours on 2 cores (11 + 43 + 68 minutes in three sittings); resumes
-# where it stopped, so run it in the background and commit the folders as they grow:
-# `nohup make collect-onpolicy > collect-onpolicy.log &`.
-JF_SHIPPED := src/hf_jacobi/weights/smollm2-135m-jacobi-forcing
-JF_ONPOLICY ?= recipes/smollm2-135m/data/trajectories-shipped
+# Round 3, on-policy: the round-2 adapter's own Jacobi trajectories of the 2,000 prompts round 3 trains on (224
+# `magpie`, then 1,776 `packages`). About 2 hours on 2 cores (11 + 43 + 68 minutes in three sittings); resumes where it
+# stopped, so run it in the background and commit the folders as they grow:
+# `nohup make collect-onpolicy > collect-onpolicy.log &`. The committed folders and the committed round-2 adapter
+# (recipes/smollm2-135m/data/adapter-round2, the adapter shipped until 2026-11-25) make it a no-op here.
+JF_ONPOLICY_INIT ?= recipes/smollm2-135m/data/adapter-round2
+JF_ONPOLICY ?= recipes/smollm2-135m/data/trajectories-onpolicy
 collect-onpolicy: setup
-	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml --adapter $(JF_SHIPPED) --output_dir $(JF_ONPOLICY)-magpie
-	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_SHIPPED) --num_prompts 1776 \
+	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml --adapter $(JF_ONPOLICY_INIT) --output_dir $(JF_ONPOLICY)-magpie
+	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_ONPOLICY_INIT) --num_prompts 1776 \
 		--output_dir $(JF_ONPOLICY)-packages
 
-# Then the on-policy round (`train_onpolicy.yaml`, whose prompt counts follow what the folders hold): the shipped
-# adapter one more epoch on those trajectories with the KL anchor, as round 3 but on the shipped model's own answers
-# (~70 minutes on 2 cores at 2,000 prompts, resumes), and its held-out evaluations (~20 minutes).
-# JF_ONPOLICY_FLAGS adds flags to the run, e.g. the anchor texts: `make jacobi-forcing-onpolicy
-# JF_ONPOLICY_RUN=runs/smollm2-135m-jf/lora-r16-onpolicy-kl1-anchor300
-# JF_ONPOLICY_FLAGS="--anchor_texts packages-source --num_anchor_texts 300"`.
-JF_ONPOLICY_RUN ?= runs/smollm2-135m-jf/lora-r16-onpolicy-kl1
+# Then the on-policy round (`train_onpolicy.yaml`): the round-2 adapter one more epoch on those trajectories with the
+# KL anchor, read at the model's own answers and at 300 human-written function sources mixed into the rows (anchor
+# texts), 575 steps (~14 s each on 2 cores, resumes), and its held-out evaluations (~20 minutes). JF_ONPOLICY_FLAGS
+# adds flags to the run, e.g. another number of anchor texts: `make jacobi-forcing-onpolicy
+# JF_ONPOLICY_RUN=runs/smollm2-135m-jf/lora-r16-onpolicy-kl1-anchor600 JF_ONPOLICY_FLAGS="--num_anchor_texts 600"`.
+JF_ONPOLICY_RUN ?= runs/smollm2-135m-jf/lora-r16-onpolicy-kl1-anchor300
 JF_ONPOLICY_FLAGS ?=
 jacobi-forcing-onpolicy: setup
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_onpolicy.yaml --output_dir $(JF_ONPOLICY_RUN) \
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train_onpolicy.yaml --init_adapter $(JF_ONPOLICY_INIT) \
+		--trajectories $(JF_ONPOLICY)-packages $(JF_ONPOLICY)-magpie --output_dir $(JF_ONPOLICY_RUN) \
 		--resume_from_checkpoint last $(JF_ONPOLICY_FLAGS)
 	$(MAKE) evaluate-mixed MIXED=$(JF_ONPOLICY_RUN) MIXED_NAME=$(notdir $(JF_ONPOLICY_RUN))
 
