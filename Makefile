@@ -9,7 +9,7 @@ STAMP := $(VENV)/.hf_jacobi-installed
 
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 jacobi-forcing-round3 bench-jacobi-forcing collect-trajectories \
-	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy clean
+	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes clean
 
 setup: $(STAMP)
 
@@ -145,6 +145,23 @@ jacobi-forcing-round2: setup
 		--output_file $(JF_EVAL_DIR)/evaluate-$(notdir $(JF_ROUND2_RUN)).json
 	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter $(JF_ROUND2_RUN) \
 		--output_file $(JF_EVAL_DIR)/evaluate-humaneval-$(notdir $(JF_ROUND2_RUN)).json
+
+# The study's block-size axis: round 1's recipe (240 `packages` train prompts, LoRA r16, one epoch) on trajectories
+# collected at each of BLOCK_SIZES, each run evaluated at its own block size and at 16 (`evaluate_packages.yaml`).
+# Block 16 is round 1 itself. Per size on 2 cores: collection 14 min (n=8) / 30 min (n=32), training 15 min,
+# evaluations 10 min. Every stage resumes or is cheap to repeat.
+BLOCK_SIZES ?= 8 32
+jacobi-forcing-block-sizes: setup
+	@set -e; for n in $(BLOCK_SIZES); do \
+		$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --block_size $$n \
+			--output_dir runs/smollm2-135m-jf/trajectories-packages-b$$n; \
+		$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories runs/smollm2-135m-jf/trajectories-packages-b$$n \
+			--num_trajectory_prompts $(JF_PROMPTS) --output_dir runs/smollm2-135m-jf/lora-r16-b$$n --resume_from_checkpoint last; \
+		for e in $$n 16; do \
+			$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter runs/smollm2-135m-jf/lora-r16-b$$n \
+				--block_size $$e --output_file $(JF_EVAL_DIR)/evaluate-lora-r16-b$$n-at$$e.json; \
+		done; \
+	done
 
 # Round 3 (`train_round3.yaml`): the round-2 adapter one more epoch on the committed trajectories of 2,000 prompts
 # (1,776 `packages` + 224 `magpie`; no collection), with the KL anchor, bf16 autocast: 69 minutes on 2 cores
