@@ -130,11 +130,13 @@ jacobi-forcing-cpu: jacobi-forcing-round1 jacobi-forcing-round2
 	$(MAKE) collect-onpolicy jacobi-forcing-onpolicy JF_ONPOLICY_INIT=$(JF_ROUND2_RUN) JF_ONPOLICY=$(JF_CHAIN_ONPOLICY)
 	$(BIN)/hf-jacobi export-weights $(JF_ONPOLICY_RUN) $(JF_JACOBI) $(if $(JF_EXPORT),--output-dir $(JF_EXPORT))
 
+# JF_BLOCK: the block size round 1 collects at (the study's block-size axis varies it); its evaluation stays at 16
+JF_BLOCK ?= 16
+JF_ROUND1_EVAL ?= $(JF_EVAL_DIR)/evaluate-$(notdir $(JF_RUN)).json
 jacobi-forcing-round1: setup
-	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --output_dir $(JF_TRAJ)
+	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --block_size $(JF_BLOCK) --output_dir $(JF_TRAJ)
 	$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories $(JF_TRAJ) --num_trajectory_prompts $(JF_PROMPTS) --output_dir $(JF_RUN)
-	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN) \
-		--output_file $(JF_EVAL_DIR)/evaluate-$(notdir $(JF_RUN)).json
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_RUN) --output_file $(JF_ROUND1_EVAL)
 
 jacobi-forcing-round2: setup
 	@test -f $(JF_RUN)/adapter_model.safetensors || { echo "round 2 continues the round-1 adapter in $(JF_RUN): run make jacobi-forcing-round1 first"; exit 1; }
@@ -146,21 +148,17 @@ jacobi-forcing-round2: setup
 	$(BIN)/hf-jacobi evaluate $(HUMANEVAL_GATE) --adapter $(JF_ROUND2_RUN) \
 		--output_file $(JF_EVAL_DIR)/evaluate-humaneval-$(notdir $(JF_ROUND2_RUN)).json
 
-# The study's block-size axis: round 1's recipe (240 `packages` train prompts, LoRA r16, one epoch) on trajectories
-# collected at each of BLOCK_SIZES, each run evaluated at its own block size and at 16 (`evaluate_packages.yaml`).
-# Block 16 is round 1 itself. Per size on 2 cores: collection 14 min (n=8) / 30 min (n=32), training 15 min,
-# evaluations 10 min. Every stage resumes or is cheap to repeat.
+# The study's block-size axis: round 1 (`jacobi-forcing-round1`: 240 `packages` train prompts, LoRA r16, one epoch)
+# on trajectories collected at each of BLOCK_SIZES, each run evaluated at 16 and at its own block size. Block 16 is
+# round 1 itself. Per size on 2 cores: collection 14 min (n=8) / 30 min (n=32), training 15 min, evaluations 10 min.
 BLOCK_SIZES ?= 8 32
+JF_STUDY_RUNS := runs/smollm2-135m-jf
 jacobi-forcing-block-sizes: setup
 	@set -e; for n in $(BLOCK_SIZES); do \
-		$(COLLECT) --config $(RECIPE)/collect_packages.yaml --num_prompts $(JF_PROMPTS) --block_size $$n \
-			--output_dir runs/smollm2-135m-jf/trajectories-packages-b$$n; \
-		$(BIN)/hf-jacobi train --config $(RECIPE)/train_packages_lora.yaml --trajectories runs/smollm2-135m-jf/trajectories-packages-b$$n \
-			--num_trajectory_prompts $(JF_PROMPTS) --output_dir runs/smollm2-135m-jf/lora-r16-b$$n --resume_from_checkpoint last; \
-		for e in $$n 16; do \
-			$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter runs/smollm2-135m-jf/lora-r16-b$$n \
-				--block_size $$e --output_file $(JF_EVAL_DIR)/evaluate-lora-r16-b$$n-at$$e.json; \
-		done; \
+		$(MAKE) jacobi-forcing-round1 JF_BLOCK=$$n JF_TRAJ=$(JF_STUDY_RUNS)/trajectories-packages-b$$n \
+			JF_RUN=$(JF_STUDY_RUNS)/lora-r16-b$$n JF_ROUND1_EVAL=$(JF_EVAL_DIR)/evaluate-lora-r16-b$$n-at16.json; \
+		$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_STUDY_RUNS)/lora-r16-b$$n \
+			--block_size $$n --output_file $(JF_EVAL_DIR)/evaluate-lora-r16-b$$n-at$$n.json; \
 	done
 
 # Round 3 (`train_round3.yaml`): the round-2 adapter one more epoch on the committed trajectories of 2,000 prompts
