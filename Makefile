@@ -9,7 +9,8 @@ STAMP := $(VENV)/.hf_jacobi-installed
 
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 jacobi-forcing-round3 bench-jacobi-forcing collect-trajectories \
-	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes clean
+	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes collect-round4 \
+	jacobi-forcing-round4 clean
 
 setup: $(STAMP)
 
@@ -234,6 +235,29 @@ jacobi-forcing-onpolicy: setup
 		--trajectories $(JF_ONPOLICY)-packages $(JF_ONPOLICY)-magpie --output_dir $(JF_ONPOLICY_RUN) \
 		--resume_from_checkpoint last $(JF_ONPOLICY_FLAGS)
 	$(MAKE) evaluate-mixed MIXED=$(JF_ONPOLICY_RUN) MIXED_NAME=$(notdir $(JF_ONPOLICY_RUN))
+
+# Round 4 (`train_round4.yaml`): the round-3 adapter (recipes/smollm2-135m/data/adapter-round3, shipped until
+# 2026-11-25) one more epoch on its own trajectories, with noise window 16 (the study's lever) and round 3's KL anchor
+# and anchor texts. `collect-round4`: its trajectories of all 224 `magpie` and the first JF_ROUND4_PACKAGES `packages`
+# train prompts (the committed folders make it a no-op; from nothing about 45 minutes with one process per core on 2
+# cores); `jacobi-forcing-round4`: the training (~64 minutes on 2 cores, resumes) and the held-out evaluations of
+# `evaluate-mixed` plus the issue's protocol (16 `packages` test prompts, 128 tokens, block 16).
+JF_ROUND4_INIT ?= recipes/smollm2-135m/data/adapter-round3
+JF_ROUND4 ?= recipes/smollm2-135m/data/trajectories-round4
+JF_ROUND4_PACKAGES ?= 680
+JF_ROUND4_RUN ?= runs/smollm2-135m-jf/lora-r16-round4-w16
+collect-round4: setup
+	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml --adapter $(JF_ROUND4_INIT) --output_dir $(JF_ROUND4)-magpie
+	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_ROUND4_INIT) --num_prompts $(JF_ROUND4_PACKAGES) \
+		--output_dir $(JF_ROUND4)-packages
+
+jacobi-forcing-round4: setup
+	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round4.yaml --init_adapter $(JF_ROUND4_INIT) \
+		--trajectories $(JF_ROUND4)-packages $(JF_ROUND4)-magpie --num_trajectory_prompts $(JF_ROUND4_PACKAGES) 224 \
+		--output_dir $(JF_ROUND4_RUN) --resume_from_checkpoint last
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_ROUND4_RUN) --max_new_tokens 128 \
+		--output_file $(JF_EVAL_DIR)/evaluate-128-tokens-$(notdir $(JF_ROUND4_RUN)).json
+	$(MAKE) evaluate-mixed MIXED=$(JF_ROUND4_RUN) MIXED_NAME=$(notdir $(JF_ROUND4_RUN))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
