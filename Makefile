@@ -93,7 +93,7 @@ recipe-cpu: setup
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate.yaml --skip_prompts 8 --num_prompts 4 \
 		--output_file runs/smollm2-135m-jf/evaluate-held-out.json
 
-# The shipped Jacobi Forcing adapter, end to end (`jacobi-forcing-cpu`), three rounds on the model's own
+# The shipped Jacobi Forcing adapter, end to end (`jacobi-forcing-cpu`), four rounds on the model's own
 # trajectories. Round 1 (`jacobi-forcing-round1`): trajectories of the first JF_PROMPTS `packages` train prompts
 # (resumed into the committed folder, so nothing to do there; JF_TRAJ=runs/fresh collects them from scratch, 16 minutes
 # with one process per core on 2 cores), LoRA training (12.5 minutes), held-out evaluation (4 minutes). Round 2
@@ -103,8 +103,11 @@ recipe-cpu: setup
 # the adapter shipped until 2026-11-25 to every printed digit (docs/results/jacobi-forcing-cpu/reproduction).
 # Round 3 on-policy (`collect-onpolicy`, `jacobi-forcing-onpolicy`): the round-2 model's own trajectories of 2,000
 # prompts (about 2 hours), one more epoch of the round-2 adapter on them with the KL anchor carried onto 300
-# human-written anchor texts (575 steps, about 2 h 15 min), the held-out evaluations (about 20 minutes). Then the
-# export into src/hf_jacobi/weights/ with the tuned Jacobi defaults. About 6 hours on 2 quiet cores in all.
+# human-written anchor texts (575 steps, about 2 h 15 min), the held-out evaluations (about 20 minutes). Round 4
+# (`collect-round4`, `jacobi-forcing-round4`): the round-3 model's own trajectories of 904 of those prompts (about 45
+# minutes), one more epoch with noise window 16 and 200 anchor texts (276 steps, 60 minutes), the held-out evaluations
+# (about 35 minutes). Then the export into src/hf_jacobi/weights/ with the tuned Jacobi defaults. About 8.5 hours on 2
+# quiet cores in all.
 JF_PROMPTS ?= 240
 JF_RESULTS := docs/results/jacobi-forcing-cpu
 # the quality gate every candidate adapter passes through: 16 HumanEval chat problems at the shipped default's block
@@ -121,15 +124,18 @@ JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4 --verify-size 2
 # folder by default; a reproduction that must leave both alone points them elsewhere, e.g.
 #   make jacobi-forcing-cpu JF_TRAJ=runs/e2e/traj JF_RUN=runs/e2e/r1 JF_ROUND2_TRAJ=runs/e2e/traj2 \
 #     JF_ROUND2_RUN=runs/e2e/r2 JF_CHAIN_ONPOLICY=runs/e2e/traj3 JF_ONPOLICY_RUN=runs/e2e/r3 \
-#     JF_EVAL_DIR=runs/e2e JF_EXPORT=runs/e2e/weights
+#     JF_CHAIN_ROUND4=runs/e2e/traj4 JF_ROUND4_RUN=runs/e2e/r4 JF_EVAL_DIR=runs/e2e JF_EXPORT=runs/e2e/weights
 JF_EVAL_DIR ?= $(JF_RESULTS)
 JF_EXPORT ?=
 # the round-3 trajectories of an end-to-end run: collected afresh from its own round-2 adapter (the committed folders
 # belong to the committed round-2 adapter, and a collection refuses to resume a folder of another model)
 JF_CHAIN_ONPOLICY ?= runs/smollm2-135m-jf/trajectories-onpolicy
+# and round 4's, from its own round-3 adapter
+JF_CHAIN_ROUND4 ?= runs/smollm2-135m-jf/trajectories-round4
 jacobi-forcing-cpu: jacobi-forcing-round1 jacobi-forcing-round2
 	$(MAKE) collect-onpolicy jacobi-forcing-onpolicy JF_ONPOLICY_INIT=$(JF_ROUND2_RUN) JF_ONPOLICY=$(JF_CHAIN_ONPOLICY)
-	$(BIN)/hf-jacobi export-weights $(JF_ONPOLICY_RUN) $(JF_JACOBI) $(if $(JF_EXPORT),--output-dir $(JF_EXPORT))
+	$(MAKE) collect-round4 jacobi-forcing-round4 JF_ROUND4_INIT=$(JF_ONPOLICY_RUN) JF_ROUND4=$(JF_CHAIN_ROUND4)
+	$(BIN)/hf-jacobi export-weights $(JF_ROUND4_RUN) $(JF_JACOBI) $(if $(JF_EXPORT),--output-dir $(JF_EXPORT))
 
 # JF_BLOCK: the block size round 1 collects at (the study's block-size axis varies it); its evaluation stays at 16
 JF_BLOCK ?= 16
