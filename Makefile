@@ -117,9 +117,11 @@ JF_TRAJ ?= recipes/smollm2-135m/data/trajectories-packages
 JF_RUN ?= runs/smollm2-135m-jf/lora-r16
 JF_ROUND2_TRAJ ?= runs/smollm2-135m-jf/trajectories-round2
 JF_ROUND2_RUN ?= runs/smollm2-135m-jf/lora-r16-round2-kl1
-# the Jacobi defaults written into the shipped generation config: what `hf-jacobi tune --jacobi-forcing` chose on this
-# CPU (docs/results/jacobi-forcing-cpu/tune-trained.json); re-tune on other hardware
-JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4 --verify-size 2
+# the Jacobi defaults written into the shipped generation config: for the round-4 adapter on this CPU, block 8 + pool 4,
+# the fastest setting of its held-out bench (docs/results/jacobi-forcing-cpu/bench-round4: 1.41x compiled greedy);
+# `hf-jacobi tune` had chosen block 16 + pool 4 verifying 2 on its train-prompt sample (tune-round4.md), which ran at
+# 1.18x there. Re-tune on other hardware
+JF_JACOBI ?= --block-size 8 --num-blocks 1 --ngram-pool-size 4
 # where the evaluations' JSON files and the exported adapter go: the committed results and the package's weights
 # folder by default; a reproduction that must leave both alone points them elsewhere, e.g.
 #   make jacobi-forcing-cpu JF_TRAJ=runs/e2e/traj JF_RUN=runs/e2e/r1 JF_ROUND2_TRAJ=runs/e2e/traj2 \
