@@ -104,9 +104,9 @@ recipe-cpu: setup
 # Round 3 on-policy (`collect-onpolicy`, `jacobi-forcing-onpolicy`): the round-2 model's own trajectories of 2,000
 # prompts (about 2 hours), one more epoch of the round-2 adapter on them with the KL anchor carried onto 300
 # human-written anchor texts (575 steps, about 2 h 15 min), the held-out evaluations (about 20 minutes). Round 4
-# (`collect-round4`, `jacobi-forcing-round4`): the round-3 model's own trajectories of 904 of those prompts (about 45
-# minutes), one more epoch with noise window 16 and 200 anchor texts (276 steps, 60 minutes), the held-out evaluations
-# (about 35 minutes). Then the export into src/hf_jacobi/weights/ with the tuned Jacobi defaults. About 8.5 hours on 2
+# (`collect-round4`, `jacobi-forcing-round4`): the round-3 model's own trajectories of 904 of those prompts (about an
+# hour), one more epoch with noise window 16 and 200 anchor texts (276 steps, 60 minutes), the held-out evaluations
+# (24 minutes). Then the export into src/hf_jacobi/weights/ with the tuned Jacobi defaults. About 8.5 hours on 2
 # quiet cores in all.
 JF_PROMPTS ?= 240
 JF_RESULTS := docs/results/jacobi-forcing-cpu
@@ -226,9 +226,11 @@ collect-trajectories: setup
 # (recipes/smollm2-135m/data/adapter-round2, the adapter shipped until 2026-11-25) make it a no-op here.
 JF_ONPOLICY_INIT ?= recipes/smollm2-135m/data/adapter-round2
 JF_ONPOLICY ?= recipes/smollm2-135m/data/trajectories-onpolicy
+# how many `packages` train prompts, in order (round 4 collects fewer)
+JF_ONPOLICY_PACKAGES ?= 1776
 collect-onpolicy: setup
 	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml --adapter $(JF_ONPOLICY_INIT) --output_dir $(JF_ONPOLICY)-magpie
-	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_ONPOLICY_INIT) --num_prompts 1776 \
+	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_ONPOLICY_INIT) --num_prompts $(JF_ONPOLICY_PACKAGES) \
 		--output_dir $(JF_ONPOLICY)-packages
 
 # Then the on-policy round (`train_onpolicy.yaml`): the round-2 adapter one more epoch on those trajectories with the
@@ -238,34 +240,34 @@ collect-onpolicy: setup
 # JF_ONPOLICY_RUN=runs/smollm2-135m-jf/lora-r16-onpolicy-kl1-anchor600 JF_ONPOLICY_FLAGS="--num_anchor_texts 600"`.
 JF_ONPOLICY_RUN ?= runs/smollm2-135m-jf/lora-r16-onpolicy-kl1-anchor300
 JF_ONPOLICY_FLAGS ?=
+# the recipe (round 4 runs this target with train_round4.yaml)
+JF_ONPOLICY_CONFIG ?= $(RECIPE)/train_onpolicy.yaml
 jacobi-forcing-onpolicy: setup
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_onpolicy.yaml --init_adapter $(JF_ONPOLICY_INIT) \
+	$(BIN)/hf-jacobi train --config $(JF_ONPOLICY_CONFIG) --init_adapter $(JF_ONPOLICY_INIT) \
 		--trajectories $(JF_ONPOLICY)-packages $(JF_ONPOLICY)-magpie --output_dir $(JF_ONPOLICY_RUN) \
 		--resume_from_checkpoint last $(JF_ONPOLICY_FLAGS)
 	$(MAKE) evaluate-mixed MIXED=$(JF_ONPOLICY_RUN) MIXED_NAME=$(notdir $(JF_ONPOLICY_RUN))
 
 # Round 4 (`train_round4.yaml`): the round-3 adapter (recipes/smollm2-135m/data/adapter-round3, shipped until
 # 2026-11-25) one more epoch on its own trajectories, with noise window 16 (the study's lever) and round 3's KL anchor
-# and anchor texts. `collect-round4`: its trajectories of all 224 `magpie` and the first JF_ROUND4_PACKAGES `packages`
-# train prompts (the committed folders make it a no-op; from nothing about 45 minutes with one process per core on 2
-# cores); `jacobi-forcing-round4`: the training (~64 minutes on 2 cores, resumes) and the held-out evaluations of
-# `evaluate-mixed` plus the issue's protocol (16 `packages` test prompts, 128 tokens, block 16).
+# and anchor texts: round 3's two targets with round 4's adapter, folders and recipe. `collect-round4`: its
+# trajectories of all 224 `magpie` and the first JF_ROUND4_PACKAGES `packages` train prompts (the committed folders
+# make it a no-op; from nothing about an hour with one process per core on 2 cores: 13 + 48 minutes in four sittings);
+# `jacobi-forcing-round4`: the training (60 minutes on 2 cores, resumes), the held-out evaluations of `evaluate-mixed`
+# and the issue's protocol (16 `packages` test prompts, 128 tokens, block 16): 24 minutes.
 JF_ROUND4_INIT ?= recipes/smollm2-135m/data/adapter-round3
 JF_ROUND4 ?= recipes/smollm2-135m/data/trajectories-round4
 JF_ROUND4_PACKAGES ?= 680
 JF_ROUND4_RUN ?= runs/smollm2-135m-jf/lora-r16-round4-w16
+ROUND4 = JF_ONPOLICY_INIT=$(JF_ROUND4_INIT) JF_ONPOLICY=$(JF_ROUND4) JF_ONPOLICY_PACKAGES=$(JF_ROUND4_PACKAGES)
 collect-round4: setup
-	$(COLLECT) --config $(RECIPE)/collect_magpie.yaml --adapter $(JF_ROUND4_INIT) --output_dir $(JF_ROUND4)-magpie
-	$(COLLECT) --config $(RECIPE)/collect_packages.yaml --adapter $(JF_ROUND4_INIT) --num_prompts $(JF_ROUND4_PACKAGES) \
-		--output_dir $(JF_ROUND4)-packages
+	$(MAKE) collect-onpolicy $(ROUND4)
 
 jacobi-forcing-round4: setup
-	$(BIN)/hf-jacobi train --config $(RECIPE)/train_round4.yaml --init_adapter $(JF_ROUND4_INIT) \
-		--trajectories $(JF_ROUND4)-packages $(JF_ROUND4)-magpie --num_trajectory_prompts $(JF_ROUND4_PACKAGES) 224 \
-		--output_dir $(JF_ROUND4_RUN) --resume_from_checkpoint last
+	$(MAKE) jacobi-forcing-onpolicy $(ROUND4) JF_ONPOLICY_CONFIG=$(RECIPE)/train_round4.yaml \
+		JF_ONPOLICY_RUN=$(JF_ROUND4_RUN) JF_ONPOLICY_FLAGS="--num_trajectory_prompts $(JF_ROUND4_PACKAGES) 224"
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_ROUND4_RUN) --max_new_tokens 128 \
 		--output_file $(JF_EVAL_DIR)/evaluate-128-tokens-$(notdir $(JF_ROUND4_RUN)).json
-	$(MAKE) evaluate-mixed MIXED=$(JF_ROUND4_RUN) MIXED_NAME=$(notdir $(JF_ROUND4_RUN))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
