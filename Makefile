@@ -10,7 +10,7 @@ STAMP := $(VENV)/.hf_jacobi-installed
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 jacobi-forcing-round3 bench-jacobi-forcing collect-trajectories \
 	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes collect-round4 \
-	jacobi-forcing-round4 clean
+	jacobi-forcing-round4 collect-round5 bench-gpu clean
 
 setup: $(STAMP)
 
@@ -268,6 +268,26 @@ jacobi-forcing-round4: setup
 		JF_ONPOLICY_RUN=$(JF_ROUND4_RUN) JF_ONPOLICY_FLAGS="--num_trajectory_prompts $(JF_ROUND4_PACKAGES) 224"
 	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_ROUND4_RUN) --max_new_tokens 128 \
 		--output_file $(JF_EVAL_DIR)/evaluate-128-tokens-$(notdir $(JF_ROUND4_RUN)).json
+
+# Round 5's data: the shipped (round-4) adapter's own trajectories of all 224 `magpie` and the 1,776 `packages` train
+# prompts, round 3's target with another adapter and folders (~2 hours with one process per core on 2 cores; resumes,
+# so it can grow over sittings). The folders' model id names the package weights: when a later round replaces them,
+# keep round 4's adapter in recipes/smollm2-135m/data/adapter-round4 and point the id there, as round 4 did for round 3.
+JF_ROUND5_INIT ?= src/hf_jacobi/weights/smollm2-135m-jacobi-forcing
+JF_ROUND5 ?= recipes/smollm2-135m/data/trajectories-round5
+collect-round5: setup
+	$(MAKE) collect-onpolicy JF_ONPOLICY_INIT=$(JF_ROUND5_INIT) JF_ONPOLICY=$(JF_ROUND5)
+
+# The GPU figures of docs/results/gpu-h100 on a CUDA machine (after `make setup TORCH_SPEC=...`; ~5 minutes on an H100):
+# the forward cost curve at batch 1 and 8, the demo at batch 1, and the shipped adapter against both greedy baselines
+# on the 16 held-out `packages` test prompts in batches of 8, 3 alternating rounds. Written to GPU_RESULTS.
+GPU_RESULTS ?= runs/gpu
+bench-gpu: setup
+	mkdir -p $(GPU_RESULTS)
+	$(BIN)/hf-jacobi forward-cost --batch-sizes 1 8 --json $(GPU_RESULTS)/forward-cost.json
+	$(BIN)/hf-jacobi demo | tee $(GPU_RESULTS)/demo-batch1.md
+	$(BIN)/hf-jacobi bench --task prompts --limit 16 --max-new-tokens 128 --rounds 3 --block-sizes 16 32 \
+		--variants plain both --model-defaults --jacobi-forcing --batch-size 8 --output-dir $(GPU_RESULTS)/bench-trained-batch8
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

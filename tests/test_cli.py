@@ -393,6 +393,28 @@ def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Pat
     assert not (tiny_checkpoint / "jacobi_tune.json").exists()
 
 
+def test_forward_cost_times_each_width_at_each_batch_size(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
+    argv = ["forward-cost", "--model", str(tiny_checkpoint), "--batch-sizes", "1", "3", "--widths", "8", "2"]
+    assert cli.main([*argv, "--context", "12", "--repeats", "2", "--json", str(tmp_path / "curve.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("break-even tokens/forward") == 2 and "## batch 3" in out
+    report = json.loads((tmp_path / "curve.json").read_text())
+    assert [entry["batch_size"] for entry in report["curves"]] == [1, 3]
+    for entry in report["curves"]:
+        # one token is always timed, as the reference every width is measured against
+        assert [row["tokens"] for row in entry["curve"]] == [1, 2, 8]
+        assert entry["curve"][0]["vs_one_token"] == 1.0
+        assert all(row["forward_ms"] > 0 for row in entry["curve"])
+    assert report["context_tokens"] == 12 and report["model"] == str(tiny_checkpoint)
+
+
+def test_forward_cost_refuses_forwards_beyond_the_models_positions(tiny_checkpoint: Path, capsys) -> None:
+    # the tiny model has 256 positions
+    assert cli.main(["forward-cost", "--model", str(tiny_checkpoint), "--context", "200", "--widths", "64"]) == 1
+    err = capsys.readouterr().err
+    assert "--context 200 + the widest forward (64 tokens) exceeds the model's max_position_embeddings (256)" in err
+
+
 @pytest.mark.integration
 @needs_model
 def test_bench_on_embedded_model_scores_humaneval(tmp_path: Path, capsys) -> None:

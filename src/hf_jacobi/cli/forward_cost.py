@@ -1,0 +1,108 @@
+"""`hf-jacobi forward-cost`: what one forward costs against the tokens in it, at several batch sizes, on this machine.
+
+Whether Jacobi decoding saves wall time is decided by this curve, not by tokens per forward alone: a forward of w tokens
+costing c(w) one-token forwards pays only if the setting accepts more than c(w) tokens per forward (before the loop's
+own overhead). On a small CPU the curve climbs almost from the start; on a GPU it stays flat far out, more so for a
+small model, whose forwards are bound by kernel launches. The figures come from the same bare-forward timer that
+`hf-jacobi tune` and `hf-jacobi overhead` use (`hf_jacobi.bench.roofline`), so the three compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ..atomic import write_text
+from .common import (
+    DTYPES,
+    CliError,
+    add_jacobi_forcing_argument,
+    checkpoint_dir,
+    load_model,
+    positive_int,
+    writable_output,
+)
+
+DEFAULT_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def run_forward_cost_command(args: argparse.Namespace) -> int:
+    """Times the curve at each batch size, prints one table per batch size and writes the JSON when asked."""
+    from ..bench.overhead import cost_curve_table
+    from ..bench.report import machine_description
+    from ..bench.roofline import forward_cost_curve
+
+    if args.json:
+        writable_output(args.json, "--json", folder=False)
+    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
+    model = loaded.model
+    widths = sorted({1, *args.widths})
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and args.context + widths[-1] > limit:
+        raise CliError(
+            f"--context {args.context} + the widest forward ({widths[-1]} tokens) exceeds the model's "
+            f"max_position_embeddings ({limit}): lower --context or --widths"
+        )
+    # the token ids do not change a forward's cost; a fixed generator keeps runs comparable
+    generator = torch.Generator().manual_seed(0)
+    curves = []
+    for batch_size in args.batch_sizes:
+        context = torch.randint(0, model.config.vocab_size, (batch_size, args.context), generator=generator)
+        context = context.to(model.device)
+        forward_cost_curve(model, context, [1, widths[-1]], repeats=2)  # warm-up: kernels, allocator, clocks
+        curves.append({"batch_size": batch_size, "curve": forward_cost_curve(model, context, widths, args.repeats)})
+
+    machine = machine_description(model.device)
+    print(loaded.describe(args.dtype))
+    print(
+        f"{machine}; bare forwards on a KV cache of {args.context} tokens, median of {args.repeats} per width; a "
+        "setting whose forwards hold w tokens beats greedy only above the break-even tokens per forward at w"
+    )
+    for entry in curves:
+        print(f"\n## batch {entry['batch_size']}\n")
+        print(cost_curve_table(entry["curve"]))
+    if args.json:
+        report = {
+            "model": loaded.name,
+            "dtype": args.dtype,
+            "machine": machine,
+            "context_tokens": args.context,
+            "repeats": args.repeats,
+            "curves": curves,
+        }
+        write_text(args.json, json.dumps(report, indent=2))
+    return 0
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "forward-cost",
+        help="the forward cost curve of this machine: a forward of w tokens against a one-token forward, per batch "
+        "size (the break-even tokens per forward of each width)",
+    )
+    parser.add_argument(
+        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+    )
+    add_jacobi_forcing_argument(parser)
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    parser.add_argument(
+        "--batch-sizes", type=positive_int, nargs="+", default=[1], help="rows per forward, one curve each (default 1)"
+    )
+    parser.add_argument(
+        "--widths",
+        type=positive_int,
+        nargs="+",
+        default=DEFAULT_WIDTHS,
+        metavar="TOKENS",
+        help="tokens per row in one forward (1 is always timed: the reference); default "
+        + " ".join(map(str, DEFAULT_WIDTHS)),
+    )
+    parser.add_argument(
+        "--context", type=positive_int, default=140, help="tokens already in the KV cache (default 140, a chat prompt)"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=12, help="timed forwards per width (default 12)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the curves here")
+    parser.set_defaults(handler=run_forward_cost_command)
