@@ -185,6 +185,30 @@ def test_prompts_task_times_held_out_prompts_without_scoring(gemma, tmp_path):
         load_task("prompts", data=str(two_turns))
 
 
+def test_batch_forwards_count_each_batchs_slowest_row():
+    """A batch decodes until its last row is done, so at batch > 1 the bench reports the forwards the batches ran
+    (their slowest rows') beside the rows' tokens per forward, which alone would overstate the speedup."""
+    setting = Setting("Jacobi plain n=4", runner.JACOBI, block_size=4, variant="plain")
+
+    def sample(item: str, batch: int, forwards: int) -> runner.SampleResult:
+        return runner.SampleResult(setting.name, item, batch, 5, 12, forwards, False, True, "x")
+
+    run = runner.BenchRun("words", "accuracy", [setting])
+    run.samples = [sample("a", 0, 3), sample("b", 0, 9), sample("c", 1, 4), sample("d", 1, 2)]
+    (row,) = report.summarize(run)
+    assert row["forwards"] == 18 and row["tokens_per_forward"] == pytest.approx(48 / 18)
+    assert row["batch_forwards"] == 9 + 4
+    table = report.markdown_table([row], "accuracy")
+    assert "| tokens/forward | batch forwards |" in table and "| 2.67 | 13 |" in table
+    assert "batch forwards = the forwards each batch ran" in report.notes(run, [row], 2, 12)
+    # batch 1: every batch is one row, the column would repeat the forwards, so it is left out
+    run.samples = [sample(item, i, 3) for i, item in enumerate("abcd")]
+    (row,) = report.summarize(run)
+    assert row["batch_forwards"] == row["forwards"] == 12
+    assert "batch forwards" not in report.markdown_table([row], "accuracy")
+    assert "batch forwards" not in report.notes(run, [row], 1, 12)
+
+
 def test_table_json_and_plot_are_written(gemma, tmp_path):
     run = run_bench(gemma, tiny_tokenizer(), word_task(2), bench_settings([2, 4], ["plain"], False), 8, progress=False)
     rows = report.summarize(run)

@@ -43,6 +43,9 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
         samples = [s for s in run.samples if s.setting == setting.name]
         tokens = sum(s.new_tokens for s in samples)
         forwards = sum(s.forwards for s in samples)
+        slowest: dict[int, int] = {}  # batch -> its slowest row's forwards: the forwards the batch ran
+        for s in samples:
+            slowest[s.batch] = max(slowest.get(s.batch, 0), s.forwards)
         timings = [t for t in run.timings if t.setting == setting.name]
         seconds = [sum(t.seconds for t in timings if t.round == r) for r in rounds]
         decode = [sum(max(t.seconds - t.prefill_s, 1e-9) for t in timings if t.round == r) for r in rounds]
@@ -60,6 +63,7 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
                 "new_tokens": tokens,
                 "forwards": forwards,
                 "tokens_per_forward": tokens / forwards if forwards else None,
+                "batch_forwards": sum(slowest.values()),
                 "rounds": len(rounds),
                 "seconds": statistics.median(seconds) if timings else 0.0,
                 "tokens_per_s": statistics.median(rates) if rates else None,
@@ -106,6 +110,11 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
         "tokens/forward = new tokens / decoding forwards (prefill excluded; AR needs one per token after the first). "
         "tok/s counts the prefill unless marked. identical = samples whose tokens equal plain AR's.",
     ]
+    if batch_size > 1:
+        lines.append(
+            "batch forwards = the forwards each batch ran, i.e. its slowest row's, summed over batches: a batch decodes "
+            "until its last row is done, so wall time follows batch forwards rather than tokens/forward."
+        )
     if rows and rows[0].get("rounds", 1) > 1:
         lines.append(
             f"Timed {rows[0]['rounds']} rounds over the whole set, settings alternating within each batch: tok/s is "

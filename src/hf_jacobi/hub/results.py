@@ -30,17 +30,21 @@ def markdown_table(rows: list[dict[str, Any]], metric: str) -> str:
     many samples were identical to greedy; with several timing rounds, medians with their range."""
     rounds = max((r.get("rounds", 1) for r in rows), default=1)
     median = f" (median of {rounds} rounds, range)" if rounds > 1 else ""
+    # at batch > 1 a batch runs as many forwards as its slowest row: shown only where that differs from the rows' sum
+    batched = any(r.get("batch_forwards") not in (None, r.get("forwards")) for r in rows)
     lines = [
-        f"| setting | {metric} | tokens/forward | tok/s{median} | tok/s excl. prefill | speedup vs AR "
-        f"| speedup vs best AR{median} | identical to greedy |",
-        "|---|---:|---:|---:|---:|---:|---:|:---:|",
+        f"| setting | {metric} | tokens/forward |{' batch forwards |' if batched else ''} tok/s{median} "
+        f"| tok/s excl. prefill | speedup vs AR | speedup vs best AR{median} | identical to greedy |",
+        f"|---|---:|---:|{'---:|' if batched else ''}---:|---:|---:|---:|:---:|",
     ]
     for r in rows:
         score = "-" if r["score"] is None else f"{100 * r['score']:.1f}%"
+        batch_cell = f" {_fmt(r.get('batch_forwards'), 'd')} |" if batched else ""
         lines.append(
-            f"| {r['setting']} | {score} | {_fmt(r['tokens_per_forward'], '.2f')} | {_spread(r, 'tokens_per_s', '.1f')} "
-            f"| {_fmt(r['decode_tokens_per_s'], '.1f')} | {_fmt(r['speedup_vs_ar'], '.2f')}x "
-            f"| {_spread(r, 'speedup_vs_best_ar', '.2f', 'x')} | {r['identical']}/{r['samples']} |"
+            f"| {r['setting']} | {score} | {_fmt(r['tokens_per_forward'], '.2f')} |{batch_cell} "
+            f"{_spread(r, 'tokens_per_s', '.1f')} | {_fmt(r['decode_tokens_per_s'], '.1f')} "
+            f"| {_fmt(r['speedup_vs_ar'], '.2f')}x | {_spread(r, 'speedup_vs_best_ar', '.2f', 'x')} "
+            f"| {r['identical']}/{r['samples']} |"
         )
     return "\n".join(lines)
 
