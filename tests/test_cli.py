@@ -320,6 +320,38 @@ def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_pat
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
 
+def test_bench_keeps_what_a_stopped_run_measured(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bench stopped midway (a time limit, Ctrl-C) leaves bench.partial.json with the batches it finished, and
+    leaves the finished files of an earlier run as they were."""
+    from hf_jacobi.bench import runner
+
+    data = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
+    argv = ["bench", "--model", str(tiny_checkpoint), "--task", "gsm8k", "--data", str(data), "--limit", "3"]
+    argv += ["--block-sizes", "2", "--variants", "plain", "--batch-size", "2", "--max-new-tokens", "6", "--no-compile"]
+    (tmp_path / "bench.json").write_text("an older run")
+    original = runner._samples
+    calls = []
+
+    def stop_in_the_second_batch(decoder, setting, chunk, batch, *rest):
+        calls.append(batch)
+        if batch == 1:
+            raise KeyboardInterrupt
+        return original(decoder, setting, chunk, batch, *rest)
+
+    monkeypatch.setattr(runner, "_samples", stop_in_the_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([*argv, "--output-dir", str(tmp_path)])
+    partial = json.loads((tmp_path / "bench.partial.json").read_text())
+    assert partial["meta"]["complete"] is False and partial["meta"]["batches_done"] == 1
+    assert partial["meta"]["command"].startswith("hf-jacobi bench --model")
+    # the first batch of 2 prompts, both settings, timed; nothing of the batch that was cut
+    assert {(s["setting"], s["batch"]) for s in partial["samples"]} == {("AR (generate)", 0), ("Jacobi plain n=2", 0)}
+    assert len(partial["samples"]) == 4 and {t["batch"] for t in partial["timings"]} == {0}
+    assert (tmp_path / "bench.json").read_text() == "an older run"
+
+
 def test_bench_times_the_models_own_jacobi_defaults(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
     """--model-defaults adds the setting decoding="jacobi" uses with no other argument: the one a speed claim about a
     tuned checkpoint is about, whatever its verify and n-gram sizes."""

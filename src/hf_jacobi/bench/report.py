@@ -20,7 +20,17 @@ import torch
 from ..hub.results import markdown_table
 from .runner import JACOBI, BenchRun
 
-__all__ = ["fmt", "machine_description", "markdown", "markdown_table", "notes", "plot", "summarize", "write_json"]
+__all__ = [
+    "fmt",
+    "machine_description",
+    "markdown",
+    "markdown_table",
+    "notes",
+    "plot",
+    "summarize",
+    "write_json",
+    "write_partial",
+]
 
 
 def machine_description(device: str | torch.device | None = None) -> str:
@@ -133,6 +143,22 @@ def write_json(path: Path, run: BenchRun, rows: list[dict[str, Any]], meta: dict
         "timings": [asdict(t) for t in run.timings],
     }
     path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+
+
+def write_partial(path: Path, run: BenchRun, meta: dict[str, Any]) -> None:
+    """What a run has measured so far (unscored samples and timings of the batches done), replaced atomically after
+    each batch: a run stopped by a time limit still leaves its figures. No summary: a round in progress would give
+    rates over a part of the set."""
+    from ..atomic import write_text
+
+    batches = sorted({(t.round, t.batch) for t in run.timings})
+    payload = {
+        "meta": {"machine": machine_description(), "complete": False, "batches_done": len(batches), **meta},
+        "notes": run.notes,
+        "samples": [asdict(s) for s in run.samples],
+        "timings": [asdict(t) for t in run.timings],
+    }
+    write_text(path, json.dumps(payload, indent=2))
 
 
 def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:

@@ -11,6 +11,7 @@ Batches run every setting back to back, so slow drift of the machine's speed tou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,12 +174,16 @@ def run_bench(
     batch_size: int = 1,
     progress: bool = True,
     rounds: int = 1,
+    on_batch: Callable[[BenchRun], None] | None = None,
 ) -> BenchRun:
     """Decodes every item with every setting and scores the completions; `model` must have Jacobi enabled.
 
     With `rounds` > 1 the whole set is timed that many times over (settings alternating within each batch, as in the
     first round) and the summary reports the median round with its spread; outputs are recorded from the first round
-    (greedy decoding gives the same tokens every time, and the later rounds are checked to)."""
+    (greedy decoding gives the same tokens every time, and the later rounds are checked to).
+
+    `on_batch` sees the run after every batch of every round, all settings done (not yet scored): what a long run has
+    measured so far, for a caller that keeps it in case the run is stopped."""
     if not settings or settings[0].kind != AR:
         raise ValueError("the first setting must be plain AR: it is the reference the others are compared with")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -215,6 +220,8 @@ def run_bench(
                         )
                     )
                     bar.update()
+                if on_batch is not None:
+                    on_batch(run)
         bar.close()
     _score(task, run)
     return run

@@ -20,12 +20,17 @@ from .common import (
     writable_output,
 )
 
+PARTIAL = "bench.partial.json"
+"""What a running bench has measured so far, in --output-dir beside the finished files (see
+`hf_jacobi.bench.report.write_partial`); removed once they are written."""
+
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """Greedy AR baselines and Jacobi configurations on one task: table and notes printed, JSON/Markdown/PNG written.
 
     Everything the writing needs (a writable --output-dir, matplotlib for the plot) is checked before the task and
-    the model are loaded, and the three files replace their older versions together once all are rendered.
+    the model are loaded, and the three files replace their older versions together once all are rendered. Until
+    then `bench.partial.json` holds the batches done, so a run cut short by a time limit leaves its measurements.
     """
     from hf_jacobi.bench import report
     from hf_jacobi.bench.runner import Setting, bench_settings, run_bench
@@ -50,13 +55,6 @@ def run_bench_command(args: argparse.Namespace) -> int:
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
     if args.model_defaults:
         settings.append(Setting.model_defaults(loaded.model.generation_config))
-    run = run_bench(
-        loaded.model, loaded.tokenizer, task, settings, args.max_new_tokens, args.batch_size, rounds=args.rounds
-    )
-    rows = report.summarize(run)
-    table = report.markdown_table(rows, task.metric)
-    notes = report.notes(run, rows, args.batch_size, args.max_new_tokens)
-    print(f"# hf-jacobi bench: {task.name}\n\n{loaded.describe(args.dtype)}\n\n{table}\n\n{notes}")
     meta = {
         "command": "hf-jacobi " + " ".join(args.argv),
         "model": loaded.name,
@@ -67,10 +65,26 @@ def run_bench_command(args: argparse.Namespace) -> int:
         "max_new_tokens": args.max_new_tokens,
         "rounds": args.rounds,
     }
+    partial = args.output_dir / PARTIAL
+    run = run_bench(
+        loaded.model,
+        loaded.tokenizer,
+        task,
+        settings,
+        args.max_new_tokens,
+        args.batch_size,
+        rounds=args.rounds,
+        on_batch=lambda so_far: report.write_partial(partial, so_far, meta),
+    )
+    rows = report.summarize(run)
+    table = report.markdown_table(rows, task.metric)
+    notes = report.notes(run, rows, args.batch_size, args.max_new_tokens)
+    print(f"# hf-jacobi bench: {task.name}\n\n{loaded.describe(args.dtype)}\n\n{table}\n\n{notes}")
     with staged_files(args.output_dir) as staging:
         report.write_json(staging / "bench.json", run, rows, meta)
         (staging / "bench.md").write_text(f"{table}\n\n{notes}\n", encoding="utf-8")
         report.plot(staging / "bench.png", rows, f"{task.name}, {loaded.name}, batch {args.batch_size}")
+    partial.unlink(missing_ok=True)
     print(f"\nwrote {args.output_dir}/bench.json, bench.md, bench.png")
     lossless = all(row["identical"] == row["samples"] for row in rows)
     if not lossless:
