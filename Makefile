@@ -10,7 +10,7 @@ STAMP := $(VENV)/.hf_jacobi-installed
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 jacobi-forcing-round3 bench-jacobi-forcing collect-trajectories \
 	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes collect-round4 \
-	jacobi-forcing-round4 collect-round5 bench-gpu clean
+	jacobi-forcing-round4 evaluate-128-tokens collect-round5 jacobi-forcing-round5 bench-gpu clean
 
 setup: $(STAMP)
 
@@ -266,8 +266,13 @@ collect-round4: setup
 jacobi-forcing-round4: setup
 	$(MAKE) jacobi-forcing-onpolicy $(ROUND4) JF_ONPOLICY_CONFIG=$(RECIPE)/train_round4.yaml \
 		JF_ONPOLICY_RUN=$(JF_ROUND4_RUN) JF_ONPOLICY_FLAGS="--num_trajectory_prompts $(JF_ROUND4_PACKAGES) 224"
-	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(JF_ROUND4_RUN) --max_new_tokens 128 \
-		--output_file $(JF_EVAL_DIR)/evaluate-128-tokens-$(notdir $(JF_ROUND4_RUN)).json
+	$(MAKE) evaluate-128-tokens RUN=$(JF_ROUND4_RUN)
+
+# The issue's protocol for a run's adapter (RUN): plain Jacobi and 2 blocks + recycling on the 16 `packages` test
+# prompts at 128 tokens, block 16 (~4 minutes on 2 cores).
+evaluate-128-tokens: setup
+	$(BIN)/hf-jacobi evaluate --config $(RECIPE)/evaluate_packages.yaml --adapter $(RUN) --max_new_tokens 128 \
+		--output_file $(JF_EVAL_DIR)/evaluate-128-tokens-$(notdir $(RUN)).json
 
 # Round 5's data: the shipped (round-4) adapter's own trajectories of all 224 `magpie` and the 1,776 `packages` train
 # prompts, round 3's target with another adapter and folders (~2 hours with one process per core on 2 cores; resumes,
@@ -275,8 +280,17 @@ jacobi-forcing-round4: setup
 # keep round 4's adapter in recipes/smollm2-135m/data/adapter-round4 and point the id there, as round 4 did for round 3.
 JF_ROUND5_INIT ?= src/hf_jacobi/weights/smollm2-135m-jacobi-forcing
 JF_ROUND5 ?= recipes/smollm2-135m/data/trajectories-round5
+ROUND5 = JF_ONPOLICY_INIT=$(JF_ROUND5_INIT) JF_ONPOLICY=$(JF_ROUND5)
 collect-round5: setup
-	$(MAKE) collect-onpolicy JF_ONPOLICY_INIT=$(JF_ROUND5_INIT) JF_ONPOLICY=$(JF_ROUND5)
+	$(MAKE) collect-onpolicy $(ROUND5)
+
+# Round 5 (`train_round5.yaml`, not yet run): the round-4 adapter one more epoch on its own trajectories of the 2,000
+# prompts with round 4's recipe and 400 anchor texts (~600 steps, ~2 h 20 min on 2 cores, resumes), then the held-out
+# evaluations of `evaluate-mixed` and the issue's protocol (~25 minutes).
+JF_ROUND5_RUN ?= runs/smollm2-135m-jf/lora-r16-round5
+jacobi-forcing-round5: setup
+	$(MAKE) jacobi-forcing-onpolicy $(ROUND5) JF_ONPOLICY_CONFIG=$(RECIPE)/train_round5.yaml JF_ONPOLICY_RUN=$(JF_ROUND5_RUN)
+	$(MAKE) evaluate-128-tokens RUN=$(JF_ROUND5_RUN)
 
 # The GPU figures of docs/results/gpu-h100 on a CUDA machine (after `make setup TORCH_SPEC=...`; ~5 minutes on an H100):
 # the forward cost curve at batch 1 and 8, the demo at batch 1, and the shipped adapter against both greedy baselines
