@@ -332,10 +332,8 @@ def test_bench_keeps_what_a_stopped_run_measured(
     argv += ["--block-sizes", "2", "--variants", "plain", "--batch-size", "2", "--max-new-tokens", "6", "--no-compile"]
     (tmp_path / "bench.json").write_text("an older run")
     original = runner._samples
-    calls = []
 
     def stop_in_the_second_batch(decoder, setting, chunk, batch, *rest):
-        calls.append(batch)
         if batch == 1:
             raise KeyboardInterrupt
         return original(decoder, setting, chunk, batch, *rest)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..atomic import write_text
 from ..hub.results import markdown_table
 from .runner import JACOBI, BenchRun
 
@@ -134,31 +135,26 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
     return "\n".join(lines)
 
 
+def _record(run: BenchRun, meta: dict[str, Any], summary: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON form of a run, finished (with its summary rows) or in progress (without)."""
+    record: dict[str, Any] = {"meta": {"machine": machine_description(), **meta}, "notes": run.notes}
+    if summary is not None:
+        record["summary"] = summary
+    record["samples"] = [asdict(s) for s in run.samples]
+    record["timings"] = [asdict(t) for t in run.timings]
+    return record
+
+
 def write_json(path: Path, run: BenchRun, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    payload = {
-        "meta": {"machine": machine_description(), **meta},
-        "notes": run.notes,
-        "summary": rows,
-        "samples": [asdict(s) for s in run.samples],
-        "timings": [asdict(t) for t in run.timings],
-    }
-    path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    path.write_text(json.dumps(_record(run, meta, rows), indent=2), encoding="utf-8")
 
 
 def write_partial(path: Path, run: BenchRun, meta: dict[str, Any]) -> None:
     """What a run has measured so far (unscored samples and timings of the batches done), replaced atomically after
     each batch: a run stopped by a time limit still leaves its figures. No summary: a round in progress would give
     rates over a part of the set."""
-    from ..atomic import write_text
-
-    batches = sorted({(t.round, t.batch) for t in run.timings})
-    payload = {
-        "meta": {"machine": machine_description(), "complete": False, "batches_done": len(batches), **meta},
-        "notes": run.notes,
-        "samples": [asdict(s) for s in run.samples],
-        "timings": [asdict(t) for t in run.timings],
-    }
-    write_text(path, json.dumps(payload, indent=2))
+    batches_done = len({(t.round, t.batch) for t in run.timings})
+    write_text(path, json.dumps(_record(run, {"complete": False, "batches_done": batches_done, **meta}), indent=2))
 
 
 def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
