@@ -10,7 +10,8 @@ STAMP := $(VENV)/.hf_jacobi-installed
 .PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format bench-overhead bench-variants \
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 jacobi-forcing-round3 bench-jacobi-forcing collect-trajectories \
 	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes collect-round4 \
-	jacobi-forcing-round4 evaluate-128-tokens collect-round5 jacobi-forcing-round5 bench-gpu clean
+	jacobi-forcing-round4 evaluate-128-tokens collect-round5 jacobi-forcing-round5 bench-gpu \
+	reproduce-rounds12 reproduce-round3-collect reproduce-round3-train reproduce-round4 clean
 
 setup: $(STAMP)
 
@@ -302,6 +303,57 @@ bench-gpu: setup
 	$(BIN)/hf-jacobi demo | tee $(GPU_RESULTS)/demo-batch1.md
 	$(BIN)/hf-jacobi bench --task prompts --limit 16 --max-new-tokens 128 --rounds 3 --block-sizes 16 32 \
 		--variants plain both --model-defaults --jacobi-forcing --batch-size 8 --output-dir $(GPU_RESULTS)/bench-trained-batch8
+
+# Reproduction one stage at a time (docs/results/jacobi-forcing-cpu/reproduction): the whole chain behind the shipped
+# weights takes about 8 hours on 2 cores, longer than a working session here, but every stage's input and output is
+# committed. Each target below re-runs one stage from its committed input into REPRO and checks what it wrote against
+# the committed output with `hf-jacobi compare` (trajectories row by row, training logs step by step, the exported
+# adapter tensor by tensor, every figure of the evaluations), writing the verdicts to REPRO/compare-*.md; it fails when
+# anything differs. Rounds 1-2 are `make jacobi-forcing-cpu`'s first half (74 minutes, reproduced in full).
+REPRO ?= runs/repro
+DATA := recipes/smollm2-135m/data
+SHIPPED_WEIGHTS := src/hf_jacobi/weights/smollm2-135m-jacobi-forcing
+# the evaluations `jacobi-forcing-onpolicy` writes for a run named $(1), re-run against committed
+REPRO_EVALS = $(foreach f,evaluate evaluate-bench-prompts evaluate-humaneval,$(REPRO)/$(f)-$(1).json $(JF_RESULTS)/$(f)-$(1).json)
+# Rounds 1 and 2 (~75 minutes; with HF_JACOBI_CACHE=an empty folder, from nothing): round 1's trajectories (the
+# first 240 prompts of the committed folder), both trainings, their evaluations, round 2's adapter as it was exported.
+reproduce-rounds12: setup
+	$(MAKE) jacobi-forcing-round1 jacobi-forcing-round2 JF_TRAJ=$(REPRO)/trajectories-packages JF_RUN=$(REPRO)/lora-r16 \
+		JF_ROUND2_TRAJ=$(REPRO)/trajectories-round2 JF_ROUND2_RUN=$(REPRO)/lora-r16-round2-kl1 JF_EVAL_DIR=$(REPRO)
+	$(BIN)/hf-jacobi export-weights $(REPRO)/lora-r16-round2-kl1 --block-size 16 --num-blocks 1 --ngram-pool-size 4 \
+		--verify-size 2 --output-dir $(REPRO)/weights-round2
+	$(BIN)/hf-jacobi compare $(REPRO)/trajectories-packages $(DATA)/trajectories-packages \
+		$(REPRO)/lora-r16 $(JF_RESULTS)/training-states/lora-r16 \
+		$(REPRO)/lora-r16-round2-kl1 $(JF_RESULTS)/training-states/lora-r16-round2-kl1 \
+		$(REPRO)/weights-round2 $(DATA)/adapter-round2 \
+		$(foreach f,evaluate-lora-r16 evaluate-lora-r16-round2-kl1 evaluate-humaneval-lora-r16-round2-kl1,$(REPRO)/$(f).json $(JF_RESULTS)/$(f).json) \
+		--output $(REPRO)/compare-rounds12.md
+# Round 3's data (~2 hours): the committed round-2 adapter's trajectories of the 2,000 prompts.
+reproduce-round3-collect: setup
+	$(MAKE) collect-onpolicy JF_ONPOLICY_INIT=$(DATA)/adapter-round2 JF_ONPOLICY=$(REPRO)/trajectories-onpolicy
+	$(BIN)/hf-jacobi compare $(REPRO)/trajectories-onpolicy-magpie $(DATA)/trajectories-onpolicy-magpie \
+		$(REPRO)/trajectories-onpolicy-packages $(DATA)/trajectories-onpolicy-packages --output $(REPRO)/compare-round3-collect.md
+# Round 3's training (~2 h 35 min with its evaluations): the round-2 adapter on the committed round-3 data; its
+# export carries the generation config round 3 shipped with (block 8, pool 4 verifying 2).
+reproduce-round3-train: setup
+	$(MAKE) jacobi-forcing-onpolicy JF_ONPOLICY_RUN=$(REPRO)/lora-r16-onpolicy-kl1-anchor300 JF_EVAL_DIR=$(REPRO)
+	$(BIN)/hf-jacobi export-weights $(REPRO)/lora-r16-onpolicy-kl1-anchor300 --block-size 8 --num-blocks 1 \
+		--ngram-pool-size 4 --verify-size 2 --output-dir $(REPRO)/weights-round3
+	$(BIN)/hf-jacobi compare $(REPRO)/lora-r16-onpolicy-kl1-anchor300 $(JF_RESULTS)/training-states/lora-r16-onpolicy-kl1-anchor300 \
+		$(REPRO)/weights-round3 $(DATA)/adapter-round3 $(call REPRO_EVALS,lora-r16-onpolicy-kl1-anchor300) \
+		--output $(REPRO)/compare-round3-train.md
+# Round 4, the shipped weights (~2.5 hours): the committed round-3 adapter's trajectories of the 904 prompts, the
+# training, the evaluations and the export into a weights folder.
+reproduce-round4: setup
+	$(MAKE) collect-round4 jacobi-forcing-round4 JF_ROUND4=$(REPRO)/trajectories-round4 \
+		JF_ROUND4_RUN=$(REPRO)/lora-r16-round4-w16 JF_EVAL_DIR=$(REPRO)
+	$(BIN)/hf-jacobi export-weights $(REPRO)/lora-r16-round4-w16 $(JF_JACOBI) --output-dir $(REPRO)/weights-round4
+	$(BIN)/hf-jacobi compare $(REPRO)/trajectories-round4-magpie $(DATA)/trajectories-round4-magpie \
+		$(REPRO)/trajectories-round4-packages $(DATA)/trajectories-round4-packages \
+		$(REPRO)/lora-r16-round4-w16 $(JF_RESULTS)/training-states/lora-r16-round4-w16 \
+		$(REPRO)/weights-round4 $(SHIPPED_WEIGHTS) $(call REPRO_EVALS,lora-r16-round4-w16) \
+		$(REPRO)/evaluate-128-tokens-lora-r16-round4-w16.json $(JF_RESULTS)/evaluate-128-tokens-lora-r16-round4-w16.json \
+		--output $(REPRO)/compare-round4.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -127,3 +127,38 @@ def test_committed_recipes_train_on_committed_trajectories(path, monkeypatch):
     counts = args.num_trajectory_prompts
     assert args.trajectory_prompts is not None and counts is not None, "a committed recipe names its prompts"
     assert len(args.load()) == sum(counts)
+
+
+REPRODUCE_TARGETS = ["reproduce-rounds12", "reproduce-round3-collect", "reproduce-round3-train", "reproduce-round4"]
+
+
+@pytest.mark.parametrize("target", REPRODUCE_TARGETS)
+def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_path):
+    """`make reproduce-*` checks a stage against the committed outputs: every reference it names must be in the repo,
+    and every re-run output it compares must be written under REPRO (never over the committed files)."""
+    import shlex
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = RECIPES.parent
+    repro = tmp_path / "repro"
+    # -n prints the commands; the stamp file's rule is told up to date so that a fresh clone does not set up first
+    printed = subprocess.run(
+        ["make", "-n", "-o", ".venv/.hf_jacobi-installed", target, f"REPRO={repro}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.replace("\\\n", " ")
+    compares = [line for line in printed.splitlines() if " compare " in line and "hf-jacobi" in line]
+    assert len(compares) == 1, printed
+    words = shlex.split(compares[0])
+    paths = words[words.index("compare") + 1 : words.index("--output")]
+    assert paths and len(paths) % 2 == 0
+    for reproduced, reference in zip(paths[::2], paths[1::2], strict=True):
+        assert reproduced.startswith(str(repro)), reproduced
+        assert (root / reference).exists(), f"{target} compares with {reference}, which is not committed"
+    # and the stage itself writes where it compares
+    assert str(repro) in printed.split(compares[0])[0]

@@ -1,0 +1,307 @@
+"""Checking a re-run against the committed outputs it should reproduce, one stage of the recipe at a time.
+
+The shipped weights come out of a chain (trajectories -> training -> the next round's trajectories -> ...) that takes
+longer on a CPU than one working session. Every stage's input and output is committed, so each stage can be re-run on
+its own from the committed input and checked here against the committed output: trajectory folders row by row,
+training logs step by step, adapters tensor by tensor, evaluation reports figure by figure. A stage that reproduces,
+fed by inputs that reproduce, makes the chain reproduce without running it in one go.
+
+What counts as equal: token ids, forward counts and other integers exactly; floats within a relative tolerance,
+because CPU kernels may sum in another order on another machine (the round 1-2 re-run differed by 1e-5 in weights and
+not at all in tokens). Wall-clock figures (runtimes, tokens per second) and paths are not compared: they say where
+and how fast a run went, not what it computed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("trajectories", "adapter", "training log", "evaluation")
+
+IGNORED_KEYS = frozenset({"adapter", "output_file", "output_dir", "trained_model", "init_adapter", "model"})
+"""Keys whose values are paths or names of where a run read or wrote, which a re-run chooses freely. (`model` names
+the model in an evaluation report; a training log has no such key.)"""
+
+TIMING_MARKERS = ("runtime", "per_second", "seconds", "wall", "elapsed")
+"""A key holding one of these is a clock reading, not a computed figure."""
+
+TRAINER_STATE = "trainer_state.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+COLLECTION_SETTINGS = "collection.json"
+MAX_LISTED = 10
+"""Differences listed in full; the rest are counted."""
+
+
+@dataclass
+class Comparison:
+    """What a re-run matched: `checked` items of one kind, and a line for each that differs."""
+
+    kind: str
+    reproduced: str
+    reference: str
+    checked: int = 0
+    differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return self.checked > 0 and not self.differences
+
+    def differ(self, line: str) -> None:
+        self.differences.append(line)
+
+    def markdown(self) -> str:
+        verdict = "**reproduced**" if self.equal else "**differs**"
+        if self.checked == 0:
+            verdict = "**nothing compared**"
+        lines = [
+            f"{verdict} ({self.kind}): {self.reproduced} against {self.reference}: {self.checked} compared, "
+            f"{len(self.differences)} differ"
+        ]
+        lines += [f"- {note}" for note in self.notes]
+        lines += [f"- differs: {line}" for line in self.differences[:MAX_LISTED]]
+        if len(self.differences) > MAX_LISTED:
+            lines.append(f"- ... and {len(self.differences) - MAX_LISTED} more")
+        return "\n".join(lines)
+
+
+def detect_kind(path: str | os.PathLike[str]) -> str:
+    """Which of `KINDS` a committed output is, from what the path holds; refused with the accepted forms otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / COLLECTION_SETTINGS).is_file() or any(path.glob("trajectories-r*.parquet")):
+            return "trajectories"
+        if (path / ADAPTER_WEIGHTS).is_file():
+            return "adapter"
+        if (path / TRAINER_STATE).is_file() or any(path.glob(f"checkpoint-*/{TRAINER_STATE}")):
+            return "training log"
+    elif path.is_file() and path.suffix == ".json":
+        return "training log" if path.name == TRAINER_STATE else "evaluation"
+    raise ValueError(
+        f"cannot tell what {path} is: expected a trajectory folder (hf-jacobi collect), an adapter folder "
+        f"({ADAPTER_WEIGHTS}), a training run folder or its {TRAINER_STATE}, or an evaluation report (.json)"
+    )
+
+
+def compare(
+    reproduced: str | os.PathLike[str], reference: str | os.PathLike[str], *, rtol: float = 1e-4, atol: float = 1e-4
+) -> Comparison:
+    """Compares a re-run's output with the committed one, whichever kind the reference is (see `detect_kind`)."""
+    if rtol < 0 or atol < 0:
+        raise ValueError(f"tolerances must be >= 0, got rtol={rtol}, atol={atol}")
+    kind = detect_kind(reference)
+    if not Path(reproduced).exists():
+        raise FileNotFoundError(f"{reproduced} does not exist: run the stage first (the reference is {kind})")
+    if kind == "trajectories":
+        return compare_trajectories(reproduced, reference)
+    if kind == "adapter":
+        return compare_adapters(reproduced, reference, atol=atol)
+    if kind == "training log":
+        return compare_training_logs(reproduced, reference, rtol=rtol)
+    return compare_evaluations(reproduced, reference, rtol=rtol)
+
+
+def compare_trajectories(reproduced: str | os.PathLike[str], reference: str | os.PathLike[str]) -> Comparison:
+    """Every re-collected prompt's row against the committed row of the same prompt, every column exactly.
+
+    The re-run may hold fewer prompts than the reference (a spot check of the first N); a prompt the reference lacks
+    is a difference. The collection settings (block size, budget, the model it came from) must match too.
+    """
+    from .data.collection import load_trajectories
+
+    result = Comparison("trajectories", str(reproduced), str(reference))
+    mine, theirs = _settings(reproduced), _settings(reference)
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            result.differ(f"{COLLECTION_SETTINGS} {key}: {mine.get(key)!r} against {theirs.get(key)!r}")
+    new, old = load_trajectories(reproduced), load_trajectories(reference)
+    rows = {prompt_id: index for index, prompt_id in enumerate(old["prompt_id"])}
+    columns = [name for name in new.column_names if name in old.column_names]
+    missing_columns = sorted(set(new.column_names) ^ set(old.column_names))
+    if missing_columns:
+        result.differ(f"columns in one folder only: {missing_columns}")
+    for row in new:
+        prompt_id = row["prompt_id"]
+        if prompt_id not in rows:
+            result.differ(f"prompt {prompt_id!r} is not in the reference")
+            continue
+        result.checked += 1
+        committed = old[rows[prompt_id]]
+        differing = [name for name in columns if row[name] != committed[name]]
+        if differing:
+            result.differ(f"prompt {prompt_id!r}: {', '.join(differing)}")
+    result.notes.append(f"{result.checked} of the reference's {len(old)} prompts re-collected")
+    return result
+
+
+def compare_adapters(
+    reproduced: str | os.PathLike[str], reference: str | os.PathLike[str], *, atol: float = 1e-4
+) -> Comparison:
+    """The adapters' tensors within `atol` of each other, and their JSON configs equal (paths aside)."""
+    from safetensors.numpy import load_file
+
+    reproduced, reference = Path(reproduced), Path(reference)
+    result = Comparison("adapter", str(reproduced), str(reference))
+    new, old = load_file(reproduced / ADAPTER_WEIGHTS), load_file(reference / ADAPTER_WEIGHTS)
+    for name in sorted(set(new) ^ set(old)):
+        result.differ(f"tensor {name} is in {'the re-run' if name in new else 'the reference'} only")
+    largest, where = 0.0, ""
+    for name in sorted(set(new) & set(old)):
+        result.checked += 1
+        if new[name].shape != old[name].shape:
+            result.differ(f"tensor {name}: shape {new[name].shape} against {old[name].shape}")
+            continue
+        gap = float(abs(new[name].astype("float64") - old[name].astype("float64")).max(initial=0.0))
+        if gap > largest:
+            largest, where = gap, name
+        if not gap <= atol:
+            result.differ(f"tensor {name}: largest difference {gap:.3g} > {atol:g}")
+    result.notes.append(
+        f"largest difference over {result.checked} tensors: {largest:.3g}" + (f" ({where})" * bool(where))
+    )
+    for config in sorted({p.name for p in (*reproduced.glob("*.json"), *reference.glob("*.json"))}):
+        if not (reproduced / config).is_file() or not (reference / config).is_file():
+            result.differ(f"{config} is in one folder only")
+            continue
+        result.checked += 1
+        for line in _differences(_read_json(reproduced / config), _read_json(reference / config), 0.0, config):
+            result.differ(line)
+    return result
+
+
+def compare_training_logs(
+    reproduced: str | os.PathLike[str], reference: str | os.PathLike[str], *, rtol: float = 1e-4
+) -> Comparison:
+    """The logged figures (losses, grad norms, held-out tokens per forward, tokens seen) at every step both logged.
+
+    The re-run may have stopped early (a check of a run's first steps): only the steps it logged are compared, and
+    the notes say how far it got.
+    """
+    result = Comparison("training log", str(reproduced), str(reference))
+    new, old = _log_by_step(reproduced), _log_by_step(reference)
+    for step in sorted(new):
+        if step not in old:
+            result.differ(f"step {step} is not in the reference's log")
+            continue
+        result.checked += 1
+        for line in _differences(new[step], old[step], rtol, f"step {step}", shared_keys_only=True):
+            result.differ(line)
+    last = max(new, default=0)
+    result.notes.append(
+        f"{result.checked} logged steps compared, up to step {last} of the reference's {max(old, default=0)}"
+    )
+    return result
+
+
+def compare_evaluations(
+    reproduced: str | os.PathLike[str], reference: str | os.PathLike[str], *, rtol: float = 1e-4
+) -> Comparison:
+    """Every figure of two evaluation reports (`hf-jacobi evaluate`'s JSON): counts exactly, floats within rtol."""
+    result = Comparison("evaluation", str(reproduced), str(reference))
+    new, old = _read_json(Path(reproduced)), _read_json(Path(reference))
+    result.checked = sum(1 for _ in _leaves(old))
+    extra: list[str] = []
+    for line in _differences(new, old, rtol, Path(reference).name, extra=extra):
+        result.differ(line)
+    if extra:
+        result.notes.append(f"recorded by the re-run only (not compared): {', '.join(extra)}")
+    return result
+
+
+def _settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(folder) / COLLECTION_SETTINGS
+    return _read_json(path) if path.is_file() else {}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error})") from error
+
+
+def _log_by_step(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """trainer_state.json's log history merged per step (the trainer logs losses and held-out figures apart)."""
+    path = Path(path)
+    if path.is_dir():
+        from .training.study import _state_file
+
+        path = _state_file(path)
+    state = _read_json(path)
+    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+        raise ValueError(f"{path} has no log_history: expected a {TRAINER_STATE} written by a training run")
+    merged: dict[int, dict[str, Any]] = {}
+    for entry in state["log_history"]:
+        merged.setdefault(int(entry.get("step", 0)), {}).update(entry)
+    return merged
+
+
+def _ignored(key: str) -> bool:
+    return key in IGNORED_KEYS or any(marker in key for marker in TIMING_MARKERS)
+
+
+def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not _ignored(str(key)):
+                yield from _leaves(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _leaves(item, f"{path}[{index}]")
+    else:
+        yield path, value
+
+
+def _differences(
+    new: Any, old: Any, rtol: float, where: str, *, shared_keys_only: bool = False, extra: list[str] | None = None
+) -> Iterator[str]:
+    """Lines naming each leaf that differs; a float within `rtol` (relative) of the other is equal.
+
+    `shared_keys_only` compares only the keys both hold: a training log's reference may come from a checkpoint,
+    saved before the run logged its summary, and a re-run stopped early never logs one. With `extra`, a key only the
+    re-run holds (a field a later version of the package records) is listed there instead of counted as a difference.
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(old.keys() | new.keys(), key=str):
+            if _ignored(str(key)):
+                continue
+            if key in old and key in new:
+                yield from _differences(
+                    new[key], old[key], rtol, f"{where}.{key}", shared_keys_only=shared_keys_only, extra=extra
+                )
+            elif shared_keys_only:
+                continue
+            elif key in old:
+                yield f"{where}.{key}: missing from the re-run"
+            elif extra is not None:
+                extra.append(f"{where}.{key}")
+            else:
+                yield f"{where}.{key}: not in the reference"
+    elif isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            yield f"{where}: {len(new)} items against {len(old)}"
+        for index, (a, b) in enumerate(zip(new, old, strict=False)):
+            yield from _differences(a, b, rtol, f"{where}[{index}]", shared_keys_only=shared_keys_only, extra=extra)
+    elif not _close(new, old, rtol):
+        yield f"{where}: {new!r} against {old!r}"
+
+
+def _close(new: Any, old: Any, rtol: float) -> bool:
+    if (
+        isinstance(new, bool)
+        or isinstance(old, bool)
+        or not isinstance(new, (int, float))
+        or not isinstance(old, (int, float))
+    ):
+        return new == old
+    if isinstance(new, int) and isinstance(old, int):
+        return new == old
+    if math.isnan(new) or math.isnan(old):
+        return math.isnan(new) and math.isnan(old)
+    return math.isclose(new, old, rel_tol=rtol, abs_tol=0.0)
