@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .training.study import state_file
+
 KINDS = ("trajectories", "adapter", "training log", "evaluation")
 
 IGNORED_KEYS = frozenset({"adapter", "output_file", "output_dir", "trained_model", "init_adapter", "model"})
@@ -230,9 +232,7 @@ def _log_by_step(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """trainer_state.json's log history merged per step (the trainer logs losses and held-out figures apart)."""
     path = Path(path)
     if path.is_dir():
-        from .training.study import _state_file
-
-        path = _state_file(path)
+        path = state_file(path)
     state = _read_json(path)
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         raise ValueError(f"{path} has no log_history: expected a {TRAINER_STATE} written by a training run")

@@ -65,7 +65,7 @@ def chain_runs(runs: list[RunCurve], continues: dict[str, str]) -> list[RunCurve
     return [replace(run, tokens_before=offset(run.name)) for run in runs]
 
 
-def _state_file(folder: Path) -> Path:
+def state_file(folder: Path) -> Path:
     """The run's trainer_state.json: in the folder itself, else in its latest checkpoint."""
     if (folder / STATE_FILE).is_file():
         return folder / STATE_FILE
@@ -78,7 +78,7 @@ def _state_file(folder: Path) -> Path:
 def load_run(folder: str | Path, name: str | None = None) -> RunCurve:
     """The held-out curve of a training run folder; refused when the run logged none."""
     folder = Path(folder)
-    state = json.loads(_state_file(folder).read_text(encoding="utf-8"))
+    state = json.loads(state_file(folder).read_text(encoding="utf-8"))
     entries = heldout_curve(state.get("log_history", []))
     if not entries:
         raise ValueError(f"{folder} has no held-out measurements: train with --heldout_prompts to log them")
