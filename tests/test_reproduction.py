@@ -54,6 +54,7 @@ def test_trajectories_that_differ_name_the_prompt_the_column_and_the_settings(tm
     text = result.markdown()
     assert "collection.json model: 'embedded + adapter-round2' against 'embedded + adapter-round3'" in text
     assert "prompt 'p1': states" in text
+    assert "prompts whose column differs: states in 1" in text
     assert "prompt 'p7' is not in the reference" in text
     assert "p0" not in text.split("differ\n", 1)[1]
 

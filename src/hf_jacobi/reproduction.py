@@ -14,6 +14,7 @@ and how fast a run went, not what it computed.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -128,6 +129,7 @@ def compare_trajectories(reproduced: str | os.PathLike[str], reference: str | os
     missing_columns = sorted(set(new.column_names) ^ set(old.column_names))
     if missing_columns:
         result.differ(f"columns in one folder only: {missing_columns}")
+    per_column: collections.Counter[str] = collections.Counter()
     for row in new:
         prompt_id = row["prompt_id"]
         if prompt_id not in rows:
@@ -136,9 +138,13 @@ def compare_trajectories(reproduced: str | os.PathLike[str], reference: str | os
         result.checked += 1
         committed = old[rows[prompt_id]]
         differing = [name for name in columns if row[name] != committed[name]]
+        per_column.update(differing)
         if differing:
             result.differ(f"prompt {prompt_id!r}: {', '.join(differing)}")
     result.notes.append(f"{result.checked} of the reference's {len(old)} prompts re-collected")
+    if per_column:
+        counts = ", ".join(f"{name} in {count}" for name, count in per_column.most_common())
+        result.notes.append(f"prompts whose column differs: {counts}")
     return result
 
 
