@@ -185,6 +185,21 @@ def test_prompts_task_times_held_out_prompts_without_scoring(gemma, tmp_path):
         load_task("prompts", data=str(two_turns))
 
 
+def test_skip_takes_a_later_slice_of_the_problems():
+    """A setting chosen on one slice of a prompt set is reported on another: --skip N --limit M reads problems
+    N+1..N+M, with their own ids."""
+    first = load_task("prompts", limit=6)
+    later = load_task("prompts", skip=4, limit=2)
+    assert [item.item_id for item in later.items] == [item.item_id for item in first.items[4:6]]
+    assert [item.item_id for item in load_task("gsm8k", data=str(DATA / "gsm8k_sample.jsonl"), skip=1).items] == [
+        item.item_id for item in load_task("gsm8k", data=str(DATA / "gsm8k_sample.jsonl")).items[1:]
+    ]
+    with pytest.raises(ValueError, match="skip must be an integer >= 0, got -1"):
+        load_task("prompts", skip=-1)
+    with pytest.raises(ValueError, match=r"skip=\d+ leaves none of the \d+ problems of gsm8k"):
+        load_task("gsm8k", data=str(DATA / "gsm8k_sample.jsonl"), skip=1000)
+
+
 def test_batch_forwards_count_each_batchs_slowest_row():
     """A batch decodes until its last row is done, so at batch > 1 the bench reports the forwards the batches ran
     (their slowest rows') beside the rows' tokens per forward, which alone would overstate the speedup."""

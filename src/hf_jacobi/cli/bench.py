@@ -15,6 +15,7 @@ from .common import (
     add_jacobi_forcing_argument,
     checkpoint_dir,
     load_model,
+    non_negative_int,
     positive_float,
     positive_int,
     writable_output,
@@ -45,6 +46,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             data=args.data,
             split=args.split,
             limit=args.limit,
+            skip=args.skip,
             chat=args.chat,
             timeout_s=args.timeout,
             workers=args.workers,
@@ -105,6 +107,13 @@ def add_parser(commands) -> None:
     )
     bench.add_argument("--split", default="test", help="dataset split for a Hub dataset (default test)")
     bench.add_argument("--limit", type=positive_int, default=None, help="first N problems only (default all)")
+    bench.add_argument(
+        "--skip",
+        type=non_negative_int,
+        default=0,
+        help="skip the first N problems, then --limit counts from there (e.g. choose a setting on one slice of a "
+        "prompt set and report it on another; default 0)",
+    )
     bench.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )

