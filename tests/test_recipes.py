@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -136,10 +139,6 @@ REPRODUCE_TARGETS = ["reproduce-rounds12", "reproduce-round3-collect", "reproduc
 def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_path):
     """`make reproduce-*` checks a stage against the committed outputs: every reference it names must be in the repo,
     and every re-run output it compares must be written under REPRO (never over the committed files)."""
-    import shlex
-    import shutil
-    import subprocess
-
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     root = RECIPES.parent

@@ -25,8 +25,6 @@ from typing import Any
 
 from .training.study import state_file
 
-KINDS = ("trajectories", "adapter", "training log", "evaluation")
-
 IGNORED_KEYS = frozenset({"adapter", "output_file", "output_dir", "trained_model", "init_adapter", "model"})
 """Keys whose values are paths or names of where a run read or wrote, which a re-run chooses freely. (`model` names
 the model in an evaluation report; a training log has no such key.)"""
@@ -75,7 +73,8 @@ class Comparison:
 
 
 def detect_kind(path: str | os.PathLike[str]) -> str:
-    """Which of `KINDS` a committed output is, from what the path holds; refused with the accepted forms otherwise."""
+    """Which kind of output a committed path is ("trajectories", "adapter", "training log" or "evaluation"), from what
+    it holds; refused with the accepted forms otherwise."""
     path = Path(path)
     if path.is_dir():
         if (path / COLLECTION_SETTINGS).is_file() or any(path.glob("trajectories-r*.parquet")):
@@ -213,7 +212,7 @@ def compare_evaluations(
     """Every figure of two evaluation reports (`hf-jacobi evaluate`'s JSON): counts exactly, floats within rtol."""
     result = Comparison("evaluation", str(reproduced), str(reference))
     new, old = _read_json(Path(reproduced)), _read_json(Path(reference))
-    result.checked = sum(1 for _ in _leaves(old))
+    result.checked = _count_leaves(old)
     extra: list[str] = []
     for line in _differences(new, old, rtol, Path(reference).name, extra=extra):
         result.differ(line)
@@ -229,7 +228,7 @@ def _settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error})") from error
 
@@ -252,16 +251,13 @@ def _ignored(key: str) -> bool:
     return key in IGNORED_KEYS or any(marker in key for marker in TIMING_MARKERS)
 
 
-def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+def _count_leaves(value: Any) -> int:
+    """The figures of a report that `_differences` compares (paths and clock readings aside)."""
     if isinstance(value, dict):
-        for key, item in value.items():
-            if not _ignored(str(key)):
-                yield from _leaves(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _leaves(item, f"{path}[{index}]")
-    else:
-        yield path, value
+        return sum(_count_leaves(item) for key, item in value.items() if not _ignored(str(key)))
+    if isinstance(value, list):
+        return sum(_count_leaves(item) for item in value)
+    return 1
 
 
 def _differences(
