@@ -28,12 +28,12 @@ demo: setup
 	$(BIN)/hf-jacobi demo
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 format: setup
-	$(BIN)/ruff format src tests
-	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 test: lint
 	$(BIN)/python -m pytest -q -m "not fuzz"
