@@ -4,6 +4,7 @@ hf_jacobi and equal to greedy, and the push paths (CLI and trainer) against the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -197,7 +198,10 @@ def test_custom_generate_runs_without_hf_jacobi_and_equals_greedy(tmp_path, fami
     prepare_publish_folder(folder, CardInfo(repo_id=REPO), JacobiConfig(block_size=4, num_blocks=2, ngram_pool_size=2))
     script = CHECK_WITHOUT_HF_JACOBI.format(tests=str(TESTS), folder=str(folder))
     env = {"HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    # the caller's thread limits go along: a child with every core's worth of torch threads beside a busy machine
+    # runs many times slower (the timeout is a hang guard, not a speed check)
+    env.update({name: os.environ[name] for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if name in os.environ})
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok")
 
