@@ -83,6 +83,38 @@ def test_a_run_ending_on_a_measured_step_is_measured_once_and_its_state_saved_wi
     assert [entry["step"] for entry in heldout_curve(checkpoint["log_history"])] == [0, 2]
 
 
+def test_a_resumed_run_scores_the_starting_models_answers_not_its_own(tmp_path):
+    tokenizer = tiny_tokenizer()
+    collect_trajectories(
+        fresh_tiny_model("llama"), tokenizer, _prompts(4, 0), tmp_path / "t", block_size=4, max_new_tokens=12,
+        batch_size=2, progress=False,
+    )  # fmt: skip
+    heldout = [encode_chat(tokenizer, m) for m in _prompts(3, 50)["messages"]]
+
+    def run(max_steps: int, resume: bool) -> HeldOutSpeedCallback:
+        callback = HeldOutSpeedCallback(
+            heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8
+        )
+        args = JacobiForcingConfig(
+            output_dir=str(tmp_path / "o"), max_steps=max_steps, per_device_train_batch_size=2, learning_rate=5e-2,
+            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="steps",
+            save_steps=3, noise_window=4,
+        )  # fmt: skip
+        trainer = JacobiForcingTrainer(
+            fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
+            processing_class=tokenizer, callbacks=[callback],
+        )  # fmt: skip
+        trainer.train(resume_from_checkpoint=str(tmp_path / "o" / "checkpoint-3") if resume else None)
+        return callback
+
+    untrained = greedy_answers(fresh_tiny_model("llama"), heldout, 8, batch_size=1)
+    assert run(3, resume=False).reference_answers == untrained
+    resumed = run(
+        5, resume=True
+    )  # measures at step 3 first: the model there is trained, its answers are not the base's
+    assert resumed.reference_answers == untrained
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="every_steps must be an integer >= 1, got 0"):
         HeldOutSpeedCallback([[1, 2]], {"plain": JacobiConfig()}, every_steps=0, max_new_tokens=4)

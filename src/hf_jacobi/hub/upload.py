@@ -53,6 +53,7 @@ UPLOAD_IGNORE_PATTERNS: list[str] = [
     "rng_state*.pth",  # per-process RNG states saved for resuming
     "trainer_state.json",  # Trainer bookkeeping (log history, best checkpoint), not part of the model
     "training_args.bin",  # pickled TrainingArguments: not loadable without the training code, and a pickle
+    "heldout_reference.json",  # the held-out callback's reference answers, kept so that a resumed run can score them
     ".cache/*",  # local caches (e.g. huggingface_hub's upload metadata)
 ]
 

@@ -8,7 +8,9 @@ setting, and logs tokens per forward next to the quality measures of `evaluation
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
@@ -18,6 +20,9 @@ from .evaluation import evaluate_model
 logger = logging.getLogger(__name__)
 
 PREFIX = "heldout"
+# The reference answers live in the run folder: a resumed run must score the starting model's answers, which the
+# model it resumes from can no longer give.
+REFERENCE_FILE = "heldout_reference.json"
 
 
 class HeldOutSpeedCallback(TrainerCallback):
@@ -55,6 +60,8 @@ class HeldOutSpeedCallback(TrainerCallback):
         if not state.is_world_process_zero or model is None or self.last_measured == state.global_step:
             return
         self.last_measured = state.global_step
+        if self.reference_answers is None and state.global_step > 0:  # resumed: the answers taken at step 0
+            self.reference_answers = self._saved_reference(Path(args.output_dir), state.global_step)
         was_training = model.training
         figures, answers = evaluate_model(
             model,
@@ -66,6 +73,10 @@ class HeldOutSpeedCallback(TrainerCallback):
         )
         if self.reference_answers is None:  # the first measurement (step 0) is the base model: its answers are the
             self.reference_answers = answers  # reference for every later one
+            folder = Path(args.output_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            payload = {"prompts": self.prompts, "answers": answers}
+            (folder / REFERENCE_FILE).write_text(json.dumps(payload), encoding="utf-8")
         model.train(was_training)
         entry = {
             "step": state.global_step,
@@ -79,6 +90,21 @@ class HeldOutSpeedCallback(TrainerCallback):
                 logger.warning("held-out %s decoding differed from greedy at step %d", setting.name, state.global_step)
         state.log_history.append(entry)
         logger.info("held-out at step %d: %s", state.global_step, entry)
+
+    def _saved_reference(self, folder: Path, step: int) -> list[list[int]] | None:
+        path = folder / REFERENCE_FILE
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if saved is not None and saved.get("prompts") == self.prompts:
+            return saved["answers"]
+        why = "holds other held-out prompts" if saved is not None else "is missing"
+        logger.warning(
+            "resumed at step %d but %s %s: the held-out NLL from here on scores this model's own answers, not the "
+            "starting model's, and is not comparable with the steps before",
+            step,
+            path,
+            why,
+        )
+        return None
 
     def on_train_begin(self, args, state: TrainerState, control: TrainerControl, model=None, **kwargs):
         self._measure(args, state, model)
