@@ -342,12 +342,14 @@ reproduce-round3-collect: setup
 	$(BIN)/hf-jacobi compare $(REPRO)/trajectories-onpolicy-magpie $(DATA)/trajectories-onpolicy-magpie \
 		$(REPRO)/trajectories-onpolicy-packages $(DATA)/trajectories-onpolicy-packages --output $(REPRO)/compare-round3-collect.md
 # Round 3's training (~2 h 35 min with its evaluations): the round-2 adapter on the committed round-3 data; its
-# export carries the generation config round 3 shipped with (block 8, pool 4 verifying 2).
+# export carries the generation config round 3 shipped with (block 8, pool 4 verifying 2). Its log is compared with
+# the uninterrupted re-run of 2026-11-26: the original run was resumed at step 450, after which its held-out NLL
+# scored the wrong reference (see docs/results/jacobi-forcing-cpu/reproduction; every other figure equals both).
 reproduce-round3-train: setup
 	$(MAKE) jacobi-forcing-onpolicy JF_ONPOLICY_RUN=$(REPRO)/lora-r16-onpolicy-kl1-anchor300 JF_EVAL_DIR=$(REPRO)
 	$(BIN)/hf-jacobi export-weights $(REPRO)/lora-r16-onpolicy-kl1-anchor300 --block-size 8 --num-blocks 1 \
 		--ngram-pool-size 4 --verify-size 2 --output-dir $(REPRO)/weights-round3
-	$(BIN)/hf-jacobi compare $(REPRO)/lora-r16-onpolicy-kl1-anchor300 $(JF_RESULTS)/training-states/lora-r16-onpolicy-kl1-anchor300 \
+	$(BIN)/hf-jacobi compare $(REPRO)/lora-r16-onpolicy-kl1-anchor300 $(JF_RESULTS)/reproduction/training-states/lora-r16-onpolicy-kl1-anchor300 \
 		$(REPRO)/weights-round3 $(DATA)/adapter-round3 $(call REPRO_EVALS,lora-r16-onpolicy-kl1-anchor300) \
 		--output $(REPRO)/compare-round3-train.md
 # Round 4, the shipped weights (~2.5 hours): the committed round-3 adapter's trajectories of the 904 prompts, the

@@ -149,6 +149,20 @@ def test_a_training_log_that_differs_names_the_step_and_the_figure(tmp_path):
     assert "step 10" not in text.split("differ\n", 1)[1]
 
 
+def test_a_resumed_reference_differs_only_in_what_a_new_process_starts_again(tmp_path):
+    # a run resumed after step 10 restarts TRL's num_tokens and averages train_loss over its own steps only
+    reference = _run(
+        tmp_path / "reference", [_logged(10, 4.75, num_tokens=1000.0), _logged(20, 4.5, num_tokens=990.0)]
+    )
+    rerun = _run(tmp_path / "rerun", [_logged(10, 4.75, num_tokens=1000.0), _logged(20, 4.5, num_tokens=1990.0)])
+    assert compare(rerun, reference, rtol=0, atol=0).equal
+    finished = _run(tmp_path / "finished", [_logged(20, 4.5, train_loss=4.6)])
+    assert compare(finished, _run(tmp_path / "resumed", [_logged(20, 4.5, train_loss=4.5)]), rtol=0, atol=0).equal
+    assert not compare(
+        rerun, _run(tmp_path / "other", [_logged(20, 4.6)]), rtol=0, atol=0
+    ).equal  # a loss still counts
+
+
 def _report(path, forwards=869, tpf=2.238204833141542, adapter="runs/a", seconds=10.0):
     report = {
         "model": "embedded",

@@ -29,6 +29,11 @@ IGNORED_KEYS = frozenset({"adapter", "output_file", "output_dir", "trained_model
 """Keys whose values are paths or names of where a run read or wrote, which a re-run chooses freely. (`model` names
 the model in an evaluation report; a training log has no such key.)"""
 
+RESUME_COUNTERS = frozenset({"num_tokens", "train_loss"})
+"""Figures a process keeps for itself and starts again when a run resumes (TRL's `num_tokens`, the Trainer's final
+`train_loss`, a mean over the steps that process ran); `num_input_tokens_seen` and every step's loss are saved in
+checkpoints and still compared."""
+
 TIMING_MARKERS = ("runtime", "per_second", "seconds", "wall", "elapsed")
 """A key holding one of these is a clock reading, not a computed figure."""
 
@@ -248,7 +253,7 @@ def _log_by_step(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
 
 
 def _ignored(key: str) -> bool:
-    return key in IGNORED_KEYS or any(marker in key for marker in TIMING_MARKERS)
+    return key in IGNORED_KEYS or key in RESUME_COUNTERS or any(marker in key for marker in TIMING_MARKERS)
 
 
 def _count_leaves(value: Any) -> int:
