@@ -26,13 +26,18 @@ def _prompts(count: int, offset: int) -> datasets.Dataset:
     return datasets.Dataset.from_list(rows)
 
 
-def test_the_curve_is_logged_at_the_start_every_k_steps_and_at_the_end(tmp_path):
+def _trajectories_and_heldout(tmp_path):
+    """The tiny model's trajectories of 4 prompts in tmp_path/t; its tokenizer and 3 other prompts, chat-encoded."""
     tokenizer = tiny_tokenizer()
     collect_trajectories(
         fresh_tiny_model("llama"), tokenizer, _prompts(4, 0), tmp_path / "t", block_size=4, max_new_tokens=12,
         batch_size=2, progress=False,
     )  # fmt: skip
-    heldout = [encode_chat(tokenizer, m) for m in _prompts(3, 50)["messages"]]
+    return tokenizer, [encode_chat(tokenizer, m) for m in _prompts(3, 50)["messages"]]
+
+
+def test_the_curve_is_logged_at_the_start_every_k_steps_and_at_the_end(tmp_path):
+    tokenizer, heldout = _trajectories_and_heldout(tmp_path)
     callback = HeldOutSpeedCallback(
         heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=10, batch_size=2
     )
@@ -84,12 +89,7 @@ def test_a_run_ending_on_a_measured_step_is_measured_once_and_its_state_saved_wi
 
 
 def test_a_resumed_run_scores_the_starting_models_answers_not_its_own(tmp_path):
-    tokenizer = tiny_tokenizer()
-    collect_trajectories(
-        fresh_tiny_model("llama"), tokenizer, _prompts(4, 0), tmp_path / "t", block_size=4, max_new_tokens=12,
-        batch_size=2, progress=False,
-    )  # fmt: skip
-    heldout = [encode_chat(tokenizer, m) for m in _prompts(3, 50)["messages"]]
+    tokenizer, heldout = _trajectories_and_heldout(tmp_path)
 
     def run(max_steps: int, resume: bool) -> HeldOutSpeedCallback:
         callback = HeldOutSpeedCallback(
