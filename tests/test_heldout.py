@@ -11,7 +11,7 @@ from hf_jacobi import JacobiForcingConfig, JacobiForcingTrainer, collect_traject
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.loading import encode_chat
 from hf_jacobi.training.evaluation import greedy_answers
-from hf_jacobi.training.heldout import PREFIX, HeldOutSpeedCallback, heldout_curve
+from hf_jacobi.training.heldout import PREFIX, REFERENCE_FILE, HeldOutSpeedCallback, heldout_curve
 from tiny_models import fresh_tiny_model, tiny_tokenizer
 
 
@@ -109,10 +109,12 @@ def test_a_resumed_run_scores_the_starting_models_answers_not_its_own(tmp_path):
 
     untrained = greedy_answers(fresh_tiny_model("llama"), heldout, 8, batch_size=1)
     assert run(3, resume=False).reference_answers == untrained
-    resumed = run(
-        5, resume=True
-    )  # measures at step 3 first: the model there is trained, its answers are not the base's
-    assert resumed.reference_answers == untrained
+    # the resumed run measures at step 3 first: the model there is trained, its answers are not the base's
+    assert run(5, resume=True).reference_answers == untrained
+    # a resume that finds no saved reference warns and leaves none behind for the next resume to trust
+    (tmp_path / "o" / REFERENCE_FILE).unlink()
+    run(5, resume=True)
+    assert not (tmp_path / "o" / REFERENCE_FILE).exists()
 
 
 def test_bad_settings_are_refused():

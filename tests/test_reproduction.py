@@ -158,9 +158,8 @@ def test_a_resumed_reference_differs_only_in_what_a_new_process_starts_again(tmp
     assert compare(rerun, reference, rtol=0, atol=0).equal
     finished = _run(tmp_path / "finished", [_logged(20, 4.5, train_loss=4.6)])
     assert compare(finished, _run(tmp_path / "resumed", [_logged(20, 4.5, train_loss=4.5)]), rtol=0, atol=0).equal
-    assert not compare(
-        rerun, _run(tmp_path / "other", [_logged(20, 4.6)]), rtol=0, atol=0
-    ).equal  # a loss still counts
+    # a step's loss still counts
+    assert not compare(rerun, _run(tmp_path / "other", [_logged(20, 4.6)]), rtol=0, atol=0).equal
 
 
 def _report(path, forwards=869, tpf=2.238204833141542, adapter="runs/a", seconds=10.0):

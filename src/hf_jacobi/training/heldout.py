@@ -73,10 +73,8 @@ class HeldOutSpeedCallback(TrainerCallback):
         )
         if self.reference_answers is None:  # the first measurement (step 0) is the base model: its answers are the
             self.reference_answers = answers  # reference for every later one
-            folder = Path(args.output_dir)
-            folder.mkdir(parents=True, exist_ok=True)
-            payload = {"prompts": self.prompts, "answers": answers}
-            (folder / REFERENCE_FILE).write_text(json.dumps(payload), encoding="utf-8")
+            if state.global_step == 0:  # a resumed model's answers are no starting point for a later resume
+                self._save_reference(Path(args.output_dir), answers)
         model.train(was_training)
         entry = {
             "step": state.global_step,
@@ -90,6 +88,11 @@ class HeldOutSpeedCallback(TrainerCallback):
                 logger.warning("held-out %s decoding differed from greedy at step %d", setting.name, state.global_step)
         state.log_history.append(entry)
         logger.info("held-out at step %d: %s", state.global_step, entry)
+
+    def _save_reference(self, folder: Path, answers: list[list[int]]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {"prompts": self.prompts, "answers": answers}
+        (folder / REFERENCE_FILE).write_text(json.dumps(payload), encoding="utf-8")
 
     def _saved_reference(self, folder: Path, step: int) -> list[list[int]] | None:
         path = folder / REFERENCE_FILE
