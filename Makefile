@@ -293,16 +293,23 @@ jacobi-forcing-round5: setup
 	$(MAKE) jacobi-forcing-onpolicy $(ROUND5) JF_ONPOLICY_CONFIG=$(RECIPE)/train_round5.yaml JF_ONPOLICY_RUN=$(JF_ROUND5_RUN)
 	$(MAKE) evaluate-128-tokens RUN=$(JF_ROUND5_RUN)
 
-# The GPU figures of docs/results/gpu-h100 on a CUDA machine (after `make setup TORCH_SPEC=...`; ~5 minutes on an H100):
-# the forward cost curve at batch 1 and 8, the demo at batch 1, and the shipped adapter against both greedy baselines
-# on the 16 held-out `packages` test prompts in batches of 8, 3 alternating rounds. Written to GPU_RESULTS.
+# The GPU figures of docs/results/gpu-h100 and gpu-h200 on a CUDA machine (after `make setup TORCH_SPEC=...`; ~15
+# minutes on an H100/H200): the forward cost curve at batch 1 and 8, the demo at batch 1, the shipped adapter against
+# both greedy baselines on the 16 held-out `packages` test prompts in batches of 8 (gpu-h100), and the untrained and
+# trained model at batch 1 (8 prompts) and batch 8 (16 prompts) at block 16 (gpu-h200), 3 alternating rounds each.
+# Written to GPU_RESULTS.
 GPU_RESULTS ?= runs/gpu
+GPU_BENCH := --task prompts --max-new-tokens 128 --rounds 3 --block-sizes 16 --variants plain both
 bench-gpu: setup
 	mkdir -p $(GPU_RESULTS)
 	$(BIN)/hf-jacobi forward-cost --batch-sizes 1 8 --json $(GPU_RESULTS)/forward-cost.json
 	$(BIN)/hf-jacobi demo | tee $(GPU_RESULTS)/demo-batch1.md
 	$(BIN)/hf-jacobi bench --task prompts --limit 16 --max-new-tokens 128 --rounds 3 --block-sizes 16 32 \
 		--variants plain both --model-defaults --jacobi-forcing --batch-size 8 --output-dir $(GPU_RESULTS)/bench-trained-batch8
+	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 8 --batch-size 1 --model-defaults --jacobi-forcing --output-dir $(GPU_RESULTS)/trained-b1
+	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 8 --batch-size 1 --output-dir $(GPU_RESULTS)/untrained-b1
+	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 16 --batch-size 8 --model-defaults --jacobi-forcing --output-dir $(GPU_RESULTS)/trained-b8
+	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 16 --batch-size 8 --output-dir $(GPU_RESULTS)/untrained-b8
 
 # The shipped default (block 8 + pool 4) was chosen on the 4 bench prompts it is also reported on. This times the
 # candidates on other held-out prompts, `packages` test prompts 17-24 (no training run saw them, and no reported
