@@ -11,7 +11,7 @@ STAMP := $(VENV)/.hf_jacobi-installed
 	bench-humaneval tune-cpu recipe-cpu jacobi-forcing-cpu jacobi-forcing-round1 jacobi-forcing-round2 jacobi-forcing-round3 bench-jacobi-forcing collect-trajectories \
 	train-mixed evaluate-mixed collect-onpolicy jacobi-forcing-onpolicy jacobi-forcing-block-sizes collect-round4 \
 	jacobi-forcing-round4 evaluate-128-tokens collect-round5 jacobi-forcing-round5 bench-gpu \
-	retune-heldout reproduce-rounds12 reproduce-round3-collect reproduce-round3-train reproduce-round4 clean
+	retune-heldout reproduce-prompts reproduce-rounds12 reproduce-round3-collect reproduce-round3-train reproduce-round4 clean
 
 setup: $(STAMP)
 
@@ -330,6 +330,20 @@ DATA := recipes/smollm2-135m/data
 SHIPPED_WEIGHTS := src/hf_jacobi/weights/smollm2-135m-jacobi-forcing
 # the evaluations `jacobi-forcing-onpolicy` writes for a run named $(1), re-run against committed
 REPRO_EVALS = $(foreach f,evaluate evaluate-bench-prompts evaluate-humaneval,$(REPRO)/$(f)-$(1).json $(JF_RESULTS)/$(f)-$(1).json)
+# The chain's inputs, the frozen prompt and anchor text sets, built again (~20 minutes, on one thread as they were
+# built): the 256 `magpie` instructions sampled again from the embedded model (seed 0), the `packages` walk over the
+# installed packages' functions and the anchor texts (their sources). The walk reads whatever versions are installed,
+# so on another set of versions it may differ: the frozen files are the chain's source either way (see the data
+# cards in src/hf_jacobi/data/prompt_sets).
+PROMPT_SETS := src/hf_jacobi/data/prompt_sets
+reproduce-prompts: setup
+	mkdir -p $(REPRO)
+	OMP_NUM_THREADS=1 $(BIN)/hf-jacobi magpie --num-prompts 256 --output $(REPRO)/magpie.jsonl
+	$(BIN)/python -c "from hf_jacobi.data.function_prompts import write_prompt_file as w; w('$(REPRO)/packages.parquet')"
+	$(BIN)/python -c "from hf_jacobi.data.anchor_texts import write_anchor_text_file as w; w('$(REPRO)/packages-source.parquet')"
+	$(BIN)/hf-jacobi compare $(REPRO)/magpie.jsonl $(PROMPT_SETS)/magpie-smollm2.parquet \
+		$(REPRO)/packages.parquet $(PROMPT_SETS)/packages.parquet \
+		$(REPRO)/packages-source.parquet $(PROMPT_SETS)/packages-source.parquet --output $(REPRO)/compare-prompts.md
 # Rounds 1 and 2 (~75 minutes; with HF_JACOBI_CACHE=an empty folder, from nothing): round 1's trajectories (the
 # first 240 prompts of the committed folder), both trainings, their evaluations, round 2's adapter as it was exported.
 reproduce-rounds12: setup

@@ -202,7 +202,7 @@ def test_evaluation_reports_compare_figures_not_paths_or_clocks(tmp_path):
 
 
 def test_what_cannot_be_compared_is_refused_with_what_is_accepted(tmp_path):
-    with pytest.raises(ValueError, match=r"cannot tell what .*nothing is: expected a trajectory folder"):
+    with pytest.raises(ValueError, match=r"cannot tell what .*nothing is: expected a prompt or anchor text file"):
         compare(tmp_path, tmp_path / "nothing")
     reference = _report(tmp_path / "reference.json")
     with pytest.raises(FileNotFoundError, match="run the stage first"):
@@ -223,3 +223,63 @@ def test_the_command_compares_pairs_writes_the_verdicts_and_exits_1_on_a_differe
     assert "**reproduced**" in printed and "**differs**" in printed
     assert cli.main(["compare", str(same), str(reference), str(other)]) == 1
     assert "compare takes pairs REPRODUCED REFERENCE, got 3 paths" in capsys.readouterr().err
+
+
+def _prompt_rows(ids_and_texts):
+    return [{"prompt_id": i, "messages": [{"role": "user", "content": t}]} for i, t in ids_and_texts]
+
+
+def test_a_rebuilt_prompt_set_matches_the_frozen_one_across_formats_and_in_order(tmp_path):
+    rows = _prompt_rows([("magpie/0/0", "What is rain?"), ("magpie/0/1", "Name a prime."), ("magpie/0/2", "Why?")])
+    frozen = tmp_path / "frozen.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), frozen)
+    rebuilt = tmp_path / "rebuilt.jsonl"
+    rebuilt.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert detect_kind(frozen) == "prompts"
+    same = compare(rebuilt, frozen)
+    assert same.equal and same.checked == 3
+    assert "3 of the reference's 3 rows compared, in order" in same.markdown()
+
+    # the same prompts in another order move rows between the held-out head and the training rest: a difference
+    swapped = tmp_path / "swapped.jsonl"
+    swapped.write_text("\n".join(json.dumps(r) for r in [rows[1], rows[0], rows[2]]) + "\n")
+    result = compare(swapped, frozen)
+    assert not result.equal
+    assert result.differences == [
+        "row 0 ('magpie/0/0'): prompt_id, messages",
+        "row 1 ('magpie/0/1'): prompt_id, messages",
+    ]
+    assert result.notes[1:] == []  # the same prompts, only moved
+
+    # one changed text and one prompt short
+    edited = _prompt_rows([("magpie/0/0", "What is rain?"), ("magpie/0/1", "Name two primes.")])
+    short = tmp_path / "short.parquet"
+    pq.write_table(pa.Table.from_pylist(edited), short)
+    result = compare(short, frozen)
+    assert result.differences == ["2 rows against 3", "row 1 ('magpie/0/1'): messages"]
+    assert result.notes[1:] == [
+        "1 ids in the reference only: 'magpie/0/2'",
+        "1 ids in both with other content: 'magpie/0/1'",
+    ]
+
+
+def test_a_prompt_file_without_its_columns_or_with_a_broken_line_is_refused_with_the_place(tmp_path):
+    frozen = tmp_path / "frozen.jsonl"
+    frozen.write_text(json.dumps({"prompt_id": "a", "messages": [{"role": "user", "content": "x"}]}) + "\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"prompt_id": "a", "messages": []}) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"broken.jsonl, line 2, is not valid JSON"):
+        compare(broken, frozen)
+    unnamed = tmp_path / "unnamed.jsonl"
+    unnamed.write_text(json.dumps({"messages": []}) + "\n")
+    with pytest.raises(ValueError, match=r"unnamed.jsonl, row 1, holds \['messages'\]: a prompt file holds"):
+        compare(unnamed, frozen)
+
+
+def test_anchor_text_files_compare_too(tmp_path):
+    rows = [{"text_id": "pkg/a.f", "text": "def f():\n    return 1\n"}, {"text_id": "pkg/a.g", "text": "def g(): ..."}]
+    frozen = tmp_path / "frozen.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), frozen)
+    rebuilt = tmp_path / "rebuilt.parquet"
+    pq.write_table(pa.Table.from_pylist([rows[0], {**rows[1], "text": "def g(): pass"}]), rebuilt)
+    assert compare(rebuilt, frozen).differences == ["row 1 ('pkg/a.g'): text"]

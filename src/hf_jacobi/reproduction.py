@@ -40,6 +40,9 @@ TIMING_MARKERS = ("runtime", "per_second", "seconds", "wall", "elapsed")
 TRAINER_STATE = "trainer_state.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 COLLECTION_SETTINGS = "collection.json"
+PROMPT_FILE_SUFFIXES = (".parquet", ".jsonl")
+PROMPT_FILE_COLUMNS = (("prompt_id", "messages"), ("text_id", "text"))
+"""The columns of a prompt set (`hf-jacobi magpie`, the `packages` snapshot) and of an anchor text set; the id first."""
 MAX_LISTED = 10
 """Differences listed in full; the rest are counted."""
 
@@ -78,9 +81,11 @@ class Comparison:
 
 
 def detect_kind(path: str | os.PathLike[str]) -> str:
-    """Which kind of output a committed path is ("trajectories", "adapter", "training log" or "evaluation"), from what
-    it holds; refused with the accepted forms otherwise."""
+    """Which kind of output a committed path is ("prompts", "trajectories", "adapter", "training log" or
+    "evaluation"), from what it holds; refused with the accepted forms otherwise."""
     path = Path(path)
+    if path.is_file() and path.suffix in PROMPT_FILE_SUFFIXES:
+        return "prompts"
     if path.is_dir():
         if (path / COLLECTION_SETTINGS).is_file() or any(path.glob("trajectories-r*.parquet")):
             return "trajectories"
@@ -91,7 +96,8 @@ def detect_kind(path: str | os.PathLike[str]) -> str:
     elif path.is_file() and path.suffix == ".json":
         return "training log" if path.name == TRAINER_STATE else "evaluation"
     raise ValueError(
-        f"cannot tell what {path} is: expected a trajectory folder (hf-jacobi collect), an adapter folder "
+        f"cannot tell what {path} is: expected a prompt or anchor text file (.parquet or .jsonl), a "
+        f"trajectory folder (hf-jacobi collect), an adapter folder "
         f"({ADAPTER_WEIGHTS}), a training run folder or its {TRAINER_STATE}, or an evaluation report (.json)"
     )
 
@@ -105,6 +111,8 @@ def compare(
     kind = detect_kind(reference)
     if not Path(reproduced).exists():
         raise FileNotFoundError(f"{reproduced} does not exist: run the stage first (the reference is {kind})")
+    if kind == "prompts":
+        return compare_prompt_files(reproduced, reference)
     if kind == "trajectories":
         return compare_trajectories(reproduced, reference)
     if kind == "adapter":
@@ -112,6 +120,78 @@ def compare(
     if kind == "training log":
         return compare_training_logs(reproduced, reference, rtol=rtol)
     return compare_evaluations(reproduced, reference, rtol=rtol)
+
+
+def compare_prompt_files(reproduced: str | os.PathLike[str], reference: str | os.PathLike[str]) -> Comparison:
+    """A rebuilt prompt set (or anchor text set) against the frozen one, row by row in order, every column equal.
+
+    Order counts, unlike for trajectories: a prompt set's splits are taken by position (its first rows are held out),
+    so the same prompts in another order would move prompts between training and evaluation. The two files may be
+    of either format (`hf-jacobi magpie` writes .jsonl, the package ships .parquet).
+    """
+    result = Comparison("prompts", str(reproduced), str(reference))
+    new, old = _prompt_rows(Path(reproduced)), _prompt_rows(Path(reference))
+    if len(new) != len(old):
+        result.differ(f"{len(new)} rows against {len(old)}")
+    for index, (mine, theirs) in enumerate(zip(new, old, strict=False)):
+        result.checked += 1
+        differing = [name for name in theirs if mine.get(name) != theirs[name]]
+        differing += [f"{name} (not in the reference)" for name in mine if name not in theirs]
+        if differing:
+            result.differ(f"row {index} ({next(iter(theirs.values()))!r}): {', '.join(differing)}")
+    result.notes.append(f"{result.checked} of the reference's {len(old)} rows compared, in order")
+    if result.differences:
+        result.notes.extend(_set_changes(new, old))
+    return result
+
+
+def _set_changes(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> list[str]:
+    """What differs regardless of order: ids only one side holds and ids whose row changed. A rebuilt `packages` walk
+    on other package versions gains or loses a few functions, and its shuffle then moves every row; these lines tell
+    that apart from a changed build."""
+    mine = {next(iter(row.values())): row for row in new}
+    theirs = {next(iter(row.values())): row for row in old}
+
+    def listed(ids: list[Any]) -> str:
+        shown = ", ".join(repr(i) for i in ids[:MAX_LISTED])
+        return shown + (f" and {len(ids) - MAX_LISTED} more" if len(ids) > MAX_LISTED else "")
+
+    lines = []
+    if added := sorted(set(mine) - set(theirs), key=str):
+        lines.append(f"{len(added)} ids in the re-run only: {listed(added)}")
+    if gone := sorted(set(theirs) - set(mine), key=str):
+        lines.append(f"{len(gone)} ids in the reference only: {listed(gone)}")
+    changed = sorted((i for i in set(mine) & set(theirs) if mine[i] != theirs[i]), key=str)
+    if changed:
+        lines.append(f"{len(changed)} ids in both with other content: {listed(changed)}")
+    return lines
+
+
+def _prompt_rows(path: Path) -> list[dict[str, Any]]:
+    """A prompt file's rows in file order (`prompt_id`, `messages`; or an anchor text file's `text_id`, `text`)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    elif path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}, line {number}, is not valid JSON ({error})") from error
+    else:
+        raise ValueError(f"{path} is not a prompt file: expected one of {', '.join(PROMPT_FILE_SUFFIXES)}")
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict) or not any(set(columns) <= row.keys() for columns in PROMPT_FILE_COLUMNS):
+            found = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(
+                f"{path}, row {number}, holds {found}: a prompt file holds {list(PROMPT_FILE_COLUMNS[0])}, an anchor "
+                f"text file {list(PROMPT_FILE_COLUMNS[1])}"
+            )
+    return rows
 
 
 def compare_trajectories(reproduced: str | os.PathLike[str], reference: str | os.PathLike[str]) -> Comparison:

@@ -37,7 +37,8 @@ def run_compare_command(args: argparse.Namespace) -> int:
 def add_parser(commands) -> None:
     parser = commands.add_parser(
         "compare",
-        help="check a re-run against committed outputs: trajectory folders, training logs, adapters, evaluation JSON",
+        help="check a re-run against committed outputs: prompt files, trajectory folders, training logs, adapters, "
+        "evaluation JSON",
         description="Each pair is a re-run's output and the committed output it should equal; the kind is read from "
         "the reference. Token ids and counts must be equal; floats within --rtol (adapter tensors within --atol); "
         "clock readings and paths are not compared. Exit code 1 when any pair differs.",
