@@ -268,11 +268,11 @@ def test_a_prompt_file_without_its_columns_or_with_a_broken_line_is_refused_with
     frozen.write_text(json.dumps({"prompt_id": "a", "messages": [{"role": "user", "content": "x"}]}) + "\n")
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps({"prompt_id": "a", "messages": []}) + "\n{not json\n")
-    with pytest.raises(ValueError, match=r"broken.jsonl, line 2, is not valid JSON"):
+    with pytest.raises(ValueError, match=r"broken.jsonl', line 2: not valid JSON"):
         compare(broken, frozen)
     unnamed = tmp_path / "unnamed.jsonl"
     unnamed.write_text(json.dumps({"messages": []}) + "\n")
-    with pytest.raises(ValueError, match=r"unnamed.jsonl, row 1, holds \['messages'\]: a prompt file holds"):
+    with pytest.raises(ValueError, match=r"unnamed.jsonl holds columns \['messages'\]: a prompt file holds"):
         compare(unnamed, frozen)
 
 

@@ -130,7 +130,7 @@ def compare_prompt_files(reproduced: str | os.PathLike[str], reference: str | os
     of either format (`hf-jacobi magpie` writes .jsonl, the package ships .parquet).
     """
     result = Comparison("prompts", str(reproduced), str(reference))
-    new, old = _prompt_rows(Path(reproduced)), _prompt_rows(Path(reference))
+    (new, _), (old, id_column) = _prompt_rows(Path(reproduced)), _prompt_rows(Path(reference))
     if len(new) != len(old):
         result.differ(f"{len(new)} rows against {len(old)}")
     for index, (mine, theirs) in enumerate(zip(new, old, strict=False)):
@@ -138,19 +138,19 @@ def compare_prompt_files(reproduced: str | os.PathLike[str], reference: str | os
         differing = [name for name in theirs if mine.get(name) != theirs[name]]
         differing += [f"{name} (not in the reference)" for name in mine if name not in theirs]
         if differing:
-            result.differ(f"row {index} ({next(iter(theirs.values()))!r}): {', '.join(differing)}")
+            result.differ(f"row {index} ({theirs[id_column]!r}): {', '.join(differing)}")
     result.notes.append(f"{result.checked} of the reference's {len(old)} rows compared, in order")
     if result.differences:
-        result.notes.extend(_set_changes(new, old))
+        result.notes.extend(_set_changes(new, old, id_column))
     return result
 
 
-def _set_changes(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> list[str]:
+def _set_changes(new: list[dict[str, Any]], old: list[dict[str, Any]], id_column: str) -> list[str]:
     """What differs regardless of order: ids only one side holds and ids whose row changed. A rebuilt `packages` walk
     on other package versions gains or loses a few functions, and its shuffle then moves every row; these lines tell
     that apart from a changed build."""
-    mine = {next(iter(row.values())): row for row in new}
-    theirs = {next(iter(row.values())): row for row in old}
+    mine = {row.get(id_column): row for row in new}
+    theirs = {row[id_column]: row for row in old}
 
     def listed(ids: list[Any]) -> str:
         shown = ", ".join(repr(i) for i in ids[:MAX_LISTED])
@@ -167,31 +167,21 @@ def _set_changes(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> list[s
     return lines
 
 
-def _prompt_rows(path: Path) -> list[dict[str, Any]]:
-    """A prompt file's rows in file order (`prompt_id`, `messages`; or an anchor text file's `text_id`, `text`)."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+def _prompt_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
+    """A prompt file's rows in file order (`prompt_id`, `messages`; or an anchor text file's `text_id`, `text`) and
+    the name of its id column, read as `--prompts FILE` reads one (errors name the file and line)."""
+    from .data.local_files import LOCAL_BUILDERS, load_local_dataset
 
-        rows = pq.read_table(path).to_pylist()
-    elif path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}, is not valid JSON ({error})") from error
-    else:
+    if path.suffix not in PROMPT_FILE_SUFFIXES:
         raise ValueError(f"{path} is not a prompt file: expected one of {', '.join(PROMPT_FILE_SUFFIXES)}")
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, dict) or not any(set(columns) <= row.keys() for columns in PROMPT_FILE_COLUMNS):
-            found = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise ValueError(
-                f"{path}, row {number}, holds {found}: a prompt file holds {list(PROMPT_FILE_COLUMNS[0])}, an anchor "
-                f"text file {list(PROMPT_FILE_COLUMNS[1])}"
-            )
-    return rows
+    dataset = load_local_dataset([path], LOCAL_BUILDERS[path.suffix], str(path))
+    columns = next((c for c in PROMPT_FILE_COLUMNS if set(c) <= set(dataset.column_names)), None)
+    if columns is None:
+        raise ValueError(
+            f"{path} holds columns {sorted(dataset.column_names)}: a prompt file holds {list(PROMPT_FILE_COLUMNS[0])}, "
+            f"an anchor text file {list(PROMPT_FILE_COLUMNS[1])}"
+        )
+    return dataset.to_list(), columns[0]
 
 
 def compare_trajectories(reproduced: str | os.PathLike[str], reference: str | os.PathLike[str]) -> Comparison:
