@@ -20,6 +20,7 @@ from .function_prompts import package_prompt_set, rows_dataset, snapshot_split, 
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit
 from .local_files import LOCAL_BUILDERS, load_local_dataset
+from .quality_sets import code_task_prompts, request_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +243,20 @@ register_prompt_source(
     "humaneval",
     _humaneval_prompts,
     "HumanEval's 164 problems as chat turns (as `hf-jacobi bench --chat` asks them); evaluation only",
+    evaluation_only=True,
+)
+register_prompt_source(
+    "requests",
+    lambda split, limit, seed: request_prompts(split, limit),
+    "48 hand-written chat requests in 8 categories (explain, code, summarize, howto, translate, write, compare, "
+    "advice), for answer quality; split test only; evaluation only",
+    evaluation_only=True,
+)
+register_prompt_source(
+    "code-tasks",
+    lambda split, limit, seed: code_task_prompts(split, limit),
+    "32 hand-written code requests with tests (hf_jacobi.data.quality_sets.load_code_tasks), for pass@1 of chat "
+    "answers; split test only; evaluation only",
     evaluation_only=True,
 )
 register_prompt_source(
