@@ -3,6 +3,7 @@ hf_jacobi and equal to greedy, and the push paths (CLI and trainer) against the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -227,6 +228,98 @@ def test_cli_push_uploads_the_rendered_folder(tmp_path, fake_hub, capsys):
     config = json.loads(files["generation_config.json"])
     assert (config["decoding"], config["jacobi_block_size"], config["jacobi_ngram_pool_size"]) == ("jacobi", 32, 4)
     assert b"| `jacobi_block_size` | 32 |" in files["README.md"]
+
+
+# Every setting away from its default, so that a default written in place of the checkpoint's shows.
+OWN_SETTINGS = JacobiConfig(
+    block_size=8,
+    num_blocks=2,
+    spawn_ratio=0.5,
+    ngram_pool_size=4,
+    verify_size=2,
+    ngram_size=3,
+    ngram_key_size=1,
+    draft_seed=7,
+)
+
+
+def checkpoint_with_own_settings(folder: Path, kind: str) -> Path:
+    """A checkpoint whose generation_config.json carries OWN_SETTINGS, saved the ways a user saves one: a model whose
+    settings `write_to` stored (what `load_default_model(jacobi_forcing=True)` holds), one whose attributes were set by
+    hand as the README shows (the file still says `_from_model_config: true`, which makes transformers drop unknown
+    keys on load), and a LoRA adapter with the merged model's generation config beside it."""
+    model = fresh_tiny_model("llama")
+    if kind == "write_to":
+        OWN_SETTINGS.write_to(model.generation_config, decoding="greedy")
+    else:
+        model.generation_config.decoding = "jacobi"
+        for name, value in OWN_SETTINGS.to_generate_kwargs().items():
+            setattr(model.generation_config, name, value)
+    if kind == "adapter":
+        from peft import LoraConfig, get_peft_model
+
+        get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(folder)
+        model.generation_config.save_pretrained(folder)
+    else:
+        model.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["write_to", "attributes", "adapter"])
+def test_cli_push_keeps_the_checkpoints_own_jacobi_settings_unless_a_flag_overrides_one(tmp_path, capsys, kind):
+    source = checkpoint_with_own_settings(tmp_path / "ckpt", kind)
+    if kind == "write_to":  # settings hf_jacobi stored load back with the model, not only through push
+        from transformers import AutoModelForCausalLM
+
+        loaded = AutoModelForCausalLM.from_pretrained(source).generation_config
+        assert JacobiConfig.from_generation_config(loaded) == OWN_SETTINGS and loaded.decoding == "greedy"
+
+    def pushed(name: str, *flags: str) -> dict:
+        out = tmp_path / name
+        assert main(["push", str(source), "--repo-id", REPO, "--dry-run", "--output-dir", str(out), *flags]) == 0
+        return json.loads((out / "generation_config.json").read_text())
+
+    own = {f"jacobi_{name}": value for name, value in OWN_SETTINGS.to_dict().items()}
+    saved = pushed("plain")
+    assert {k: v for k, v in saved.items() if k.startswith("jacobi_")} == own
+    assert saved["decoding"] == "jacobi" and not saved["_from_model_config"]
+    assert "Jacobi defaults: block_size=8, num_blocks=2, spawn_ratio=0.5, ngram_pool_size=4" in capsys.readouterr().out
+    assert pushed("block", "--block-size", "4") == {**saved, "jacobi_block_size": 4}  # only what the flag names
+    assert pushed("blocks", "--num-blocks", "3") == {**saved, "jacobi_num_blocks": 3}
+    no_pool = {k: v for k, v in saved.items() if k != "jacobi_verify_size"}  # the pool's verify size goes with it
+    assert pushed("no-pool", "--ngram-pool-size", "0") == {**no_pool, "jacobi_ngram_pool_size": 0}
+
+
+def test_export_weights_keeps_the_adapters_own_jacobi_settings_unless_a_flag_overrides_one(tmp_path, capsys):
+    source = checkpoint_with_own_settings(tmp_path / "adapter", "adapter")
+
+    def exported(name: str, *flags: str) -> JacobiConfig:
+        out = tmp_path / name
+        assert main(["export-weights", str(source), "--output-dir", str(out), *flags]) == 0, capsys.readouterr().err
+        saved = GenerationConfig.from_pretrained(out)
+        assert saved.decoding == "jacobi"
+        return JacobiConfig.from_generation_config(saved)
+
+    assert exported("plain") == OWN_SETTINGS
+    assert exported("block", "--block-size", "4", "--ngram-size", "2") == OWN_SETTINGS.replace(
+        block_size=4, ngram_size=2
+    )
+    assert exported("no-pool", "--ngram-pool-size", "0") == dataclasses.replace(
+        OWN_SETTINGS, ngram_pool_size=0, verify_size=None
+    )
+    with pytest.raises(SystemExit):
+        main(["export-weights", "--help"])
+    assert " ".join(capsys.readouterr().out.split()).count("default: the adapter's, else") == 5
+
+
+def test_push_help_says_the_checkpoints_settings_are_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["push", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in ("--block-size", "--num-blocks", "--ngram-pool-size"):
+        assert f"{flag} " in text
+    assert text.count("(default: the checkpoint's)") == 3
 
 
 def test_cli_push_reports_bad_input_in_one_line(tmp_path, capsys):

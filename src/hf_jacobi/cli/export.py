@@ -2,7 +2,8 @@
 
 `load_default_model(jacobi_forcing=True)` and `--jacobi-forcing` load what this writes; the last step of
 `make jacobi-forcing-cpu`. The size limit keeps the package small; the Jacobi defaults travel in the adapter's
-generation_config.json.
+generation_config.json: those the adapter folder already carries (e.g. from `hf-jacobi tune`), with the flags given on
+top.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from .common import CliError, non_negative_int, positive_int, writable_output
 
 
 def run_export_command(args: argparse.Namespace) -> int:
+    from ..hub.export import base_generation_config
     from ..loading import JACOBI_FORCING_WEIGHTS, export_adapter
 
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
     writable_output(target, "--output-dir", folder=True)
     try:
-        jacobi = JacobiConfig(
+        jacobi = JacobiConfig.from_generation_config(
+            base_generation_config(args.adapter) if args.adapter.is_dir() else None,
             block_size=args.block_size,
             num_blocks=args.num_blocks,
             ngram_pool_size=args.ngram_pool_size,
@@ -41,13 +44,17 @@ def add_parser(commands) -> None:
     )
     parser.add_argument("adapter", type=Path, help="a PEFT adapter folder written by hf-jacobi train (use_peft)")
     parser.add_argument("--output-dir", type=Path, default=None, help="default: the package's weights folder")
-    parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi default block size (default 16)")
-    parser.add_argument("--num-blocks", type=positive_int, default=1, help="Jacobi default blocks in flight")
-    parser.add_argument("--ngram-pool-size", type=non_negative_int, default=0, help="Jacobi default n-gram pool")
+    # Unset flags keep the adapter's own settings (its generation_config.json), else the library's defaults.
+    own = "default: the adapter's, else"
+    parser.add_argument("--block-size", type=positive_int, default=None, help=f"Jacobi block size ({own} 16)")
+    parser.add_argument("--num-blocks", type=positive_int, default=None, help=f"Jacobi blocks in flight ({own} 1)")
     parser.add_argument(
-        "--verify-size", type=positive_int, default=None, help="recycled candidates verified per step (default: pool)"
+        "--ngram-pool-size", type=non_negative_int, default=None, help=f"n-grams kept per key ({own} 0: off)"
     )
     parser.add_argument(
-        "--ngram-size", type=positive_int, default=None, help="tokens per recycled candidate (default: block - 1)"
+        "--verify-size", type=positive_int, default=None, help=f"recycled candidates verified per step ({own} pool)"
+    )
+    parser.add_argument(
+        "--ngram-size", type=positive_int, default=None, help=f"tokens per recycled candidate ({own} block - 1)"
     )
     parser.set_defaults(handler=run_export_command)

@@ -144,7 +144,12 @@ class JacobiConfig:
 
         Settings left at None are removed rather than written, so a later default (e.g. `verify_size` following the
         pool size) keeps applying. `decoding="greedy"` records settings but keeps stock decoding the default.
+
+        The config stops being marked as derived from config.json (`_from_model_config`, true on a model whose
+        generation config came from its config): loading a file so marked keeps only the attributes transformers
+        knows, which would silently drop every setting written here.
         """
+        generation_config._from_model_config = False
         generation_config.decoding = validate_decoding(decoding)
         for name, value in self.to_dict().items():
             key = JACOBI_PREFIX + name

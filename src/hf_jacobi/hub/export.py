@@ -57,10 +57,21 @@ def export_custom_generate(folder: str | Path) -> Path:
 
 
 def base_generation_config(folder: str | Path) -> GenerationConfig | None:
-    """The generation config a checkpoint folder carries, else the one its config.json implies, else None."""
+    """The generation config a checkpoint folder carries, else the one its config.json implies, else None.
+
+    Its `decoding` and `jacobi_*` keys are always kept: transformers drops the attributes it does not know from a file
+    marked `_from_model_config` (what `save_pretrained` writes for a model whose generation config came from its
+    config.json and whose Jacobi settings were then set by hand), and those are the checkpoint's own defaults.
+    """
     folder = Path(folder)
-    if (folder / "generation_config.json").is_file():
-        return GenerationConfig.from_pretrained(folder)
+    path = folder / "generation_config.json"
+    if path.is_file():
+        config = GenerationConfig.from_pretrained(folder)
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        for key in ("decoding", *JacobiConfig.setting_names()):
+            if key in saved and not hasattr(config, key):
+                setattr(config, key, saved[key])
+        return config
     if (folder / "config.json").is_file():
         return GenerationConfig.from_pretrained(folder, config_file_name="config.json", _from_model_config=True)
     return None
