@@ -99,6 +99,18 @@ CASES = {
     "tune --output-dir under a file": Case(
         ["tune", "--output-dir", "{tmp}/taken/tuned"], "'{tmp}/taken' is a file, not a folder", {"taken": b"x"}
     ),
+    "quality --adapters without a label": Case(
+        ["quality", "--adapters", "runs/x", "--output-dir", "{tmp}/q"], "--adapters takes LABEL=FOLDER"
+    ),
+    "quality adapter folder missing": Case(
+        ["quality", "--adapters", "mine={tmp}/none", "--output-dir", "{tmp}/q"], "mine={tmp}/none: no such folder"
+    ),
+    "quality unknown setting": Case(
+        ["quality", "--settings", "fast", "--output-dir", "{tmp}/q"], "--settings ['fast'] are not Jacobi variants"
+    ),
+    "quality unknown prompt set": Case(
+        ["quality", "--sets", "requests", "nosuchset", "--output-dir", "{tmp}/q"], "--sets 'nosuchset'"
+    ),
     "overhead --json is a folder": Case(["overhead", "--json", "{tmp}"], "--json '{tmp}' is a folder"),
     "collect --output_dir is a file": Case(
         ["collect", "--model_name_or_path", "{ck}", "--output_dir", "{tmp}/taken"],

@@ -16,10 +16,24 @@ import argparse
 import os
 import sys
 
-from . import bench, compare, demo, export, forward_cost, generate, magpie, overhead, push, recipe, study, tune
+from . import (
+    bench,
+    compare,
+    demo,
+    export,
+    forward_cost,
+    generate,
+    magpie,
+    overhead,
+    push,
+    quality,
+    recipe,
+    study,
+    tune,
+)
 from .common import USER_ERRORS, debug_requested, report_error
 
-COMMANDS = (generate, demo, bench, overhead, forward_cost, tune, push, recipe, study, export, magpie, compare)
+COMMANDS = (generate, demo, bench, quality, overhead, forward_cost, tune, push, recipe, study, export, magpie, compare)
 """Command modules, each with `add_parser(commands)` that registers its flags and its runner as `handler` (the recipe
 steps only register their names: `main` hands their arguments to TRL's parser)."""
 

@@ -128,15 +128,37 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     label = TRAINED if args.jacobi_forcing else (UNTRAINED if args.model is None else str(args.model))
     runs = [run_model(loaded, label, prompts, settings, args)]
+    quality = side_by_side and not args.no_quality
+    guard = [guard_quality(loaded, None, UNTRAINED, args)] if quality else []
     if side_by_side:
-        runs.append(run_model(with_jacobi_forcing(loaded), TRAINED, prompts, settings, args))
+        trained = with_jacobi_forcing(loaded)  # merges in place: the base's figures are taken before
+        runs.append(run_model(trained, TRAINED, prompts, settings, args))
+        if quality:
+            guard.append(guard_quality(trained, guard[0], TRAINED, args))
     for run in runs:
         print(f"## {run.label}\n\n{demo_report(run.rows, run.greedy_s, run.jacobi_s, settings.block_size)}\n")
     if len(runs) > 1:
         print(f"## side by side\n\n{comparison_table(runs)}\n")
+    if guard:
+        from ..bench.quality_report import markdown_table
+
+        print(
+            f"## answer quality: greedy answers to plain chat requests (held out)\n\n{markdown_table(guard, guard[0])}\n"
+        )
     identical = all(run.identical for run in runs)
     print(f"all outputs identical to greedy: {'yes' if identical else 'NO'}")
     return 0 if identical else 1
+
+
+def guard_quality(loaded: LoadedModel, base, label: str, args: argparse.Namespace):
+    """Quality figures of `loaded`'s greedy answers to the guard requests (`bench.quality_eval.guard_protocol`),
+    scored by the base model: `base` is the base's own result, None when `loaded` is the base. The base is loaded
+    afresh for a trained model, whose weights replaced the base's in place."""
+    from ..bench.quality_eval import guard_protocol, measure_model
+
+    protocol = guard_protocol(loaded.tokenizer, args.max_new_tokens, max(args.batch, 8))
+    scorer = loaded if base is None else load_model(args.model, args.dtype)
+    return measure_model(label, loaded.model, scorer.model, loaded.tokenizer, protocol, base)
 
 
 def comparison_table(runs: list[ModelRun]) -> str:
@@ -212,6 +234,11 @@ def add_parser(commands) -> None:
     add_prompt_source_arguments(demo, "packages", "test", "held out of the shipped adapter's training")
     demo.add_argument("--batch", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     add_model_arguments(demo, max_new_tokens=128)
+    demo.add_argument(
+        "--no-quality",
+        action="store_true",
+        help="skip the answer-quality check of the side-by-side run (8 plain chat requests per model, 1-2 minutes)",
+    )
     demo.epilog = (
         "With neither --model nor --jacobi-forcing, the embedded model runs twice: untrained, then with the shipped "
         "Jacobi Forcing adapter; the Jacobi settings default to that adapter's tuned ones, for both."

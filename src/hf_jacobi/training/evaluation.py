@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..bench.common import generated_tokens
+from ..bench.quality import distinct_ngrams
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
 from ..loading import eos_token_ids, in_batches, left_padded
@@ -160,12 +161,6 @@ def canonical_solution_nll(model, tokenizer, limit: int | None = None, batch_siz
     prompts = [tokenizer(p.prompt)["input_ids"] for p in problems]
     answers = [tokenizer(p.canonical_solution, add_special_tokens=False)["input_ids"] for p in problems]
     return answer_nll(model, prompts, answers, batch_size)
-
-
-def distinct_ngrams(answers: list[list[int]], n: int = 3) -> float:
-    """Distinct token n-grams over all n-grams of the answers: low when the model repeats itself."""
-    grams = [tuple(a[i : i + n]) for a in answers for i in range(len(a) - n + 1)]
-    return len(set(grams)) / max(len(grams), 1)
 
 
 def evaluate_model(

@@ -1,0 +1,122 @@
+"""Answer quality beside speed: is a Jacobi Forcing model still the model it was trained from?
+
+Jacobi decoding is lossless with respect to the model it runs, so any loss of quality comes from training, and it
+flatters speed: a model that loops or copies its prompt is the easiest to accept many tokens from. So every quality
+figure here compares a model's greedy answers with the base model's, on held-out requests of the kind users type:
+- how often an answer collapses into a loop (its last 64 tokens hold under 40% distinct 4-grams),
+- how varied the answers are (distinct 3-grams over all answers),
+- how likely the base model finds them (its NLL per answer token: the base scores its own answers lowest),
+- how often they agree with the base's (identical answers, mean common prefix in tokens),
+- and, for code requests, whether the code runs and passes the task's tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from .sandbox import run_programs
+from .tasks.humaneval import chat_completion_code
+
+if TYPE_CHECKING:
+    from ..data.quality_sets import CodeTask
+
+CODE_TASKS = "code-tasks"
+DEFAULT_SETS = ("requests", CODE_TASKS)
+"""The held-out prompt sources a quality evaluation answers by default: plain chat requests and code tasks with
+tests (`hf_jacobi.data.quality_sets`)."""
+
+COLLAPSE_WINDOW = 64
+"""Tokens at the end of an answer that the loop check reads: a loop that lasts this long has taken over."""
+COLLAPSE_ORDER = 4
+COLLAPSE_DISTINCT = 0.4
+"""An answer has collapsed when under this share of its last COLLAPSE_WINDOW tokens' COLLAPSE_ORDER-grams differ."""
+
+
+def distinct_ngrams(answers: Sequence[Sequence[int]], n: int = 3) -> float:
+    """Distinct token n-grams over all n-grams of the answers: low when the model repeats itself."""
+    grams = [tuple(a[i : i + n]) for a in answers for i in range(len(a) - n + 1)]
+    return len(set(grams)) / max(len(grams), 1)
+
+
+def collapsed(answer: Sequence[int]) -> bool:
+    """Whether the answer ends in a loop. Answers shorter than the window ended by themselves and never count: a
+    looping answer runs to the token budget."""
+    tail = list(answer[-COLLAPSE_WINDOW:])
+    if len(tail) < COLLAPSE_WINDOW:
+        return False
+    return distinct_ngrams([tail], COLLAPSE_ORDER) < COLLAPSE_DISTINCT
+
+
+def common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
+    """Tokens two answers share from their start."""
+    length = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        length += 1
+    return length
+
+
+def code_of(answer: str, task: CodeTask) -> str:
+    """The program a chat answer offers for a task: its first fenced code block, else the whole answer."""
+    return chat_completion_code(answer, task.entry_point)
+
+
+def passed_code_tasks(
+    tasks: Sequence[CodeTask], answers: Sequence[str], timeout_s: float = 10.0, workers: int | None = None
+) -> list[bool]:
+    """Whether each answer's code passes its task's tests, run in the sandbox (`bench.sandbox`)."""
+    if len(tasks) != len(answers):
+        raise ValueError(f"need one answer per code task, got {len(tasks)} tasks and {len(answers)} answers")
+    programs = [task.program(code_of(answer, task)) for task, answer in zip(tasks, answers, strict=True)]
+    return [result.passed for result in run_programs(programs, timeout_s, workers)]
+
+
+@dataclass
+class AnswerQuality:
+    """Quality figures of one model's greedy answers to one request set. The agreement figures are None for the base
+    model itself, the code figures None for a set without tests."""
+
+    answers: int
+    tokens: int
+    collapsed: int
+    distinct_3grams: float
+    base_nll: float
+    """The base model's NLL per token of these answers."""
+    identical_to_base: int | None = None
+    mean_common_prefix: float | None = None
+    code_passed: int | None = None
+
+    @property
+    def collapse_rate(self) -> float:
+        return self.collapsed / max(self.answers, 1)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "collapse_rate": self.collapse_rate}
+
+
+def answer_quality(
+    answers: Sequence[Sequence[int]],
+    base_nll: float,
+    base_answers: Sequence[Sequence[int]] | None = None,
+    passed: Sequence[bool] | None = None,
+) -> AnswerQuality:
+    """The figures of `answers` (token ids up to EOS), given the base model's NLL of them, the base's own answers to
+    the same requests (None when these are the base's) and, for code tasks, which passed."""
+    quality = AnswerQuality(
+        answers=len(answers),
+        tokens=sum(len(a) for a in answers),
+        collapsed=sum(collapsed(a) for a in answers),
+        distinct_3grams=distinct_ngrams(answers),
+        base_nll=base_nll,
+        code_passed=None if passed is None else sum(passed),
+    )
+    if base_answers is not None:
+        if len(base_answers) != len(answers):
+            raise ValueError(f"{len(answers)} answers against {len(base_answers)} base answers")
+        quality.identical_to_base = sum(list(a) == list(b) for a, b in zip(answers, base_answers, strict=True))
+        prefixes = [common_prefix(a, b) for a, b in zip(answers, base_answers, strict=True)]
+        quality.mean_common_prefix = sum(prefixes) / max(len(prefixes), 1)
+    return quality

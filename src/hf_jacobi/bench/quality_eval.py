@@ -1,0 +1,124 @@
+"""Decoding for the quality evaluation: each model's greedy answers to the held-out request sets, scored against the
+base model's, and its Jacobi speed on held-out code prompts, so that speed is never read without quality beside it.
+
+The base model scores every model's answers (its NLL of them), so it stays loaded for the whole evaluation; each
+trained model is the base with an adapter merged into a fresh copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..data.prompts import encode_prompts, load_prompts
+from ..data.quality_sets import CodeTask, load_code_tasks
+from ..decoding.config import JacobiConfig
+from ..loading import encode_chat
+from ..training.evaluation import SettingFigures, answer_nll, greedy_answers, measure_setting
+from .quality import CODE_TASKS, AnswerQuality, answer_quality, passed_code_tasks
+
+
+@dataclass
+class RequestSet:
+    """One held-out set, encoded for the model: `tasks` holds the code tasks when its answers can be executed."""
+
+    name: str
+    prompts: list[list[int]]
+    tasks: list[CodeTask] | None = None
+
+
+def load_request_sets(names: Sequence[str], tokenizer, limit: int | None = None) -> list[RequestSet]:
+    """The named prompt sources' test splits (the first `limit` prompts of each), as chat prompts."""
+    sets = []
+    for name in names:
+        prompts = encode_prompts(load_prompts(name, split="test", limit=limit), tokenizer, chat=True)
+        sets.append(RequestSet(name, prompts, load_code_tasks(limit) if name == CODE_TASKS else None))
+    return sets
+
+
+@dataclass
+class ModelQuality:
+    """Everything measured on one model: quality per request set, Jacobi speed per setting, and the answers."""
+
+    name: str
+    quality: dict[str, AnswerQuality] = field(default_factory=dict)
+    speed: list[SettingFigures] = field(default_factory=list)
+    answers: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        speed = [{**vars(s), "tokens_per_forward": s.tokens_per_forward} for s in self.speed]
+        return {"name": self.name, "quality": {k: v.to_dict() for k, v in self.quality.items()}, "speed": speed}
+
+    @property
+    def identical_to_greedy(self) -> bool:
+        return all(s.identical_to_greedy for s in self.speed)
+
+
+@dataclass
+class QualityProtocol:
+    """How every model of one evaluation is measured (the same for all, so their figures compare)."""
+
+    sets: list[RequestSet]
+    speed_prompts: list[list[int]]
+    settings: dict[str, JacobiConfig]
+    max_new_tokens: int = 128
+    batch_size: int = 8
+
+
+def guard_protocol(tokenizer, max_new_tokens: int = 128, batch_size: int = 8) -> QualityProtocol:
+    """The small fixed check that `hf-jacobi demo` prints and the test suite holds a shipped adapter to: the first
+    plain chat request of each category, greedy answers only (no speed settings)."""
+    from ..data.quality_sets import load_requests
+
+    requests = load_requests()
+    firsts: dict[str, list] = {}
+    for row in requests:
+        firsts.setdefault(row["category"], row["messages"])
+    prompts = [encode_chat(tokenizer, messages) for messages in firsts.values()]
+    guard = RequestSet("requests (first of each category)", prompts)
+    return QualityProtocol([guard], [], {}, max_new_tokens, batch_size)
+
+
+def measure_model(
+    name: str, model, base_model, tokenizer, protocol: QualityProtocol, base: ModelQuality | None = None
+) -> ModelQuality:
+    """`model`'s figures; `base` is the base model's own result (None when `model` is the base)."""
+    measured = ModelQuality(name)
+    for request_set in protocol.sets:
+        answers = greedy_answers(model, request_set.prompts, protocol.max_new_tokens, protocol.batch_size)
+        nll = answer_nll(base_model, request_set.prompts, answers, protocol.batch_size)
+        passed = None
+        if request_set.tasks is not None:
+            texts = tokenizer.batch_decode(answers, skip_special_tokens=True)
+            passed = passed_code_tasks(request_set.tasks, texts)
+        base_answers = None if base is None else base.answers[request_set.name]
+        measured.quality[request_set.name] = answer_quality(answers, nll, base_answers, passed)
+        measured.answers[request_set.name] = answers
+    for setting, config in protocol.settings.items():
+        measured.speed.append(
+            measure_setting(
+                model, setting, config, protocol.speed_prompts, protocol.max_new_tokens, protocol.batch_size
+            )
+        )
+    return measured
+
+
+def relative(value: float | None, base: float | None) -> float | None:
+    """`value` as a multiple of the base model's figure (None where either is missing or the base is 0)."""
+    if value is None or base is None or base == 0:
+        return None
+    return value / base
+
+
+def targets_met(model: ModelQuality, base: ModelQuality) -> dict[str, bool]:
+    """Issue 35's quality bars on each request set: collapse rate at most 3 points above the base's, distinct
+    3-grams >= 0.9x, the base's NLL of the answers <= 1.2x its NLL of its own, and code tasks passed not below."""
+    checks: dict[str, bool] = {}
+    for name, quality in model.quality.items():
+        reference = base.quality[name]
+        checks[f"{name}/collapse"] = quality.collapse_rate <= reference.collapse_rate + 0.03
+        checks[f"{name}/distinct_3grams"] = quality.distinct_3grams >= 0.9 * reference.distinct_3grams
+        checks[f"{name}/base_nll"] = quality.base_nll <= 1.2 * reference.base_nll
+        if quality.code_passed is not None:
+            checks[f"{name}/code_passed"] = quality.code_passed >= (reference.code_passed or 0)
+    return checks

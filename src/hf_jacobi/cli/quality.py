@@ -1,0 +1,153 @@
+"""`hf-jacobi quality`: does a Jacobi Forcing adapter keep the base model's answers? The base and each adapter answer the
+same held-out requests (plain chat requests and code tasks with tests, none seen in training); the table puts their
+quality figures beside their tokens per forward, and the plot shows the front of speed against quality.
+
+Jacobi decoding is lossless, so this measures the trained weights, not the decoder; every Jacobi output is still
+checked against greedy, and the command exits with 1 when one differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..atomic import write_text
+from .common import DTYPES, CliError, checkpoint_dir, load_model, positive_int, writable_output
+
+SHIPPED = "shipped"
+
+
+def _adapters(pairs: list[str]) -> list[tuple[str, Path]]:
+    """LABEL=FOLDER pairs, `shipped` naming the adapter the package ships."""
+    from ..loading import JACOBI_FORCING_WEIGHTS
+
+    adapters = []
+    for pair in pairs:
+        label, sep, folder = pair.partition("=")
+        if not sep or not label or not folder:
+            raise CliError(f"--adapters takes LABEL=FOLDER (or LABEL=shipped), got {pair!r}")
+        adapters.append((label, Path(JACOBI_FORCING_WEIGHTS if folder == SHIPPED else folder)))
+    labels = [label for label, _ in adapters]
+    if len(set(labels)) != len(labels) or "base" in labels:
+        raise CliError(f"--adapters labels must be unique and not 'base', got {labels}")
+    return adapters
+
+
+def _check_inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """Every input named on the command line, checked before any model loads: a typo costs no minutes."""
+    from ..bench.common import VARIANTS
+    from ..data.prompts import load_prompts
+
+    writable_output(args.output_dir, "--output-dir", folder=True)
+    adapters = _adapters(args.adapters)
+    for label, folder in adapters:
+        if not folder.is_dir():
+            raise CliError(f"--adapters {label}={folder}: no such folder")
+    unknown = sorted(set(args.settings) - set(VARIANTS))
+    if unknown:
+        raise CliError(f"--settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
+    for flag, name in [*(("--sets", name) for name in args.sets), ("--speed-prompts", args.speed_prompts)]:
+        try:
+            load_prompts(name, split="test", limit=1)
+        except (ValueError, FileNotFoundError) as error:
+            raise CliError(f"{flag} {name!r}: {error}") from error
+    return adapters
+
+
+def _protocol(args: argparse.Namespace, tokenizer):
+    from ..bench.common import variant_config
+    from ..bench.quality_eval import QualityProtocol, load_request_sets
+    from ..data.prompts import encode_prompts, load_prompts
+
+    speed = load_prompts(args.speed_prompts, split="test", limit=args.num_speed_prompts)
+    return QualityProtocol(
+        sets=load_request_sets(args.sets, tokenizer, args.num_prompts),
+        speed_prompts=encode_prompts(speed, tokenizer, chat=True),
+        settings={name: variant_config(name, args.block_size) for name in args.settings},
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+    )
+
+
+def _answer_texts(models, protocol, tokenizer) -> dict:
+    """Every model's decoded answers by set, for reading what the figures summarize."""
+    return {
+        model.name: {
+            request_set.name: tokenizer.batch_decode(model.answers[request_set.name], skip_special_tokens=True)
+            for request_set in protocol.sets
+        }
+        for model in models
+    }
+
+
+def run_quality_command(args: argparse.Namespace) -> int:
+    from ..bench.quality_eval import measure_model, targets_met
+    from ..bench.quality_report import markdown_table, plot_front
+
+    adapters = _check_inputs(args)
+    base_loaded = load_model(args.model, args.dtype)
+    protocol = _protocol(args, base_loaded.tokenizer)
+    base = measure_model("base", base_loaded.model, base_loaded.model, base_loaded.tokenizer, protocol)
+    models = [base]
+    for label, folder in adapters:
+        loaded = load_model(args.model, args.dtype, adapter=folder)
+        models.append(measure_model(label, loaded.model, base_loaded.model, loaded.tokenizer, protocol, base))
+        del loaded
+    table = markdown_table(models, base)
+    print(table)
+    results = {
+        "model": base_loaded.name,
+        "protocol": {
+            "sets": [s.name for s in protocol.sets],
+            "prompts": {s.name: len(s.prompts) for s in protocol.sets},
+            "speed_prompts": f"{args.speed_prompts} (test), {len(protocol.speed_prompts)} prompts",
+            "settings": {name: config.to_dict() for name, config in protocol.settings.items()},
+            "max_new_tokens": args.max_new_tokens,
+            "batch_size": args.batch_size,
+            "dtype": args.dtype,
+        },
+        "adapters": {label: str(folder) for label, folder in adapters},
+        "models": [m.to_dict() for m in models],
+        "targets_met": {m.name: targets_met(m, base) for m in models[1:]},
+    }
+    write_text(args.output_dir / "quality.json", json.dumps(results, indent=2) + "\n")
+    write_text(args.output_dir / "quality.md", table + "\n")
+    answers = _answer_texts(models, protocol, base_loaded.tokenizer)
+    write_text(args.output_dir / "answers.json", json.dumps(answers, indent=2, ensure_ascii=False) + "\n")
+    plot_front(models, args.output_dir / "quality.png", args.settings[-1], args.sets[0])
+    print(f"\nwrote quality.json, quality.md, answers.json and quality.png in {args.output_dir}")
+    return 0 if all(m.identical_to_greedy for m in models) else 1
+
+
+def add_parser(commands) -> None:
+    from ..bench.quality import DEFAULT_SETS
+
+    parser = commands.add_parser(
+        "quality", help="the base model and adapters side by side: answer quality on held-out requests beside speed"
+    )
+    parser.add_argument(
+        "--adapters",
+        nargs="*",
+        default=[],
+        metavar="LABEL=FOLDER",
+        help="PEFT adapter folders to compare with the base, each with a label (FOLDER 'shipped': the package's)",
+    )
+    parser.add_argument("--model", type=checkpoint_dir, default=None, help="base checkpoint (default: embedded)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="model dtype (default: float32)")
+    parser.add_argument(
+        "--sets", nargs="+", default=list(DEFAULT_SETS), help="held-out prompt sources answered (their test split)"
+    )
+    parser.add_argument(
+        "--num-prompts", type=positive_int, default=None, help="only the first N prompts of each set (default: all)"
+    )
+    parser.add_argument(
+        "--speed-prompts", default="packages", help="held-out prompt source for tokens per forward (test split)"
+    )
+    parser.add_argument("--num-speed-prompts", type=positive_int, default=16, help="its first N prompts")
+    parser.add_argument("--settings", nargs="+", default=["plain", "both"], help="Jacobi variants timed for speed")
+    parser.add_argument("--block-size", type=positive_int, default=16, help="Jacobi block size of every setting")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens per answer at most")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
+    parser.add_argument("--output-dir", type=Path, default=Path("quality"), help="where the results go")
+    parser.set_defaults(handler=run_quality_command)

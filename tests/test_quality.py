@@ -1,0 +1,116 @@
+"""The quality evaluation: loops are caught, agreement with the base is counted, code runs against its tests, and the
+whole protocol runs on a tiny model with every Jacobi output still checked against greedy."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_jacobi.bench.quality import (
+    COLLAPSE_WINDOW,
+    answer_quality,
+    collapsed,
+    common_prefix,
+    passed_code_tasks,
+)
+from hf_jacobi.bench.quality_eval import ModelQuality, QualityProtocol, RequestSet, measure_model, targets_met
+from hf_jacobi.bench.quality_report import markdown_table, plot_front
+from hf_jacobi.data.quality_sets import load_code_tasks
+from hf_jacobi.decoding.config import JacobiConfig
+from tiny_models import tiny_model, tiny_tokenizer
+
+
+def varied(length: int, start: int = 0) -> list[int]:
+    return list(range(start, start + length))
+
+
+def test_a_loop_that_fills_the_window_collapses_and_varied_or_short_answers_do_not():
+    loop = varied(40) + [7, 8, 9, 10] * (COLLAPSE_WINDOW // 4)
+    assert collapsed(loop)
+    assert not collapsed(varied(128))
+    # an answer that ended by itself before the window never counts, however repetitive
+    assert not collapsed([5, 6] * (COLLAPSE_WINDOW // 2 - 1))
+    # the bar: a period of 25 tokens leaves 25 of the tail's 61 4-grams distinct (41%), a period of 24 leaves 39%
+    assert not collapsed((varied(25) * 3)[:COLLAPSE_WINDOW])
+    assert collapsed((varied(24) * 3)[:COLLAPSE_WINDOW])
+
+
+def test_common_prefix_and_agreement_with_the_base():
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix([1], [2]) == 0
+    assert common_prefix([1, 2], [1, 2]) == 2
+    base = [varied(10), varied(10, 100)]
+    model = [varied(10), [*varied(5, 100), 0]]
+    quality = answer_quality(model, base_nll=0.5, base_answers=base)
+    assert quality.identical_to_base == 1
+    assert quality.mean_common_prefix == (10 + 5) / 2
+    assert quality.tokens == 16 and quality.collapsed == 0 and quality.code_passed is None
+    own = answer_quality(base, base_nll=0.4)
+    assert own.identical_to_base is None and own.mean_common_prefix is None
+    with pytest.raises(ValueError, match="2 answers against 1 base answers"):
+        answer_quality(model, base_nll=0.5, base_answers=base[:1])
+
+
+def test_code_answers_pass_only_when_their_code_passes_the_tests():
+    tasks = load_code_tasks(3)
+    right = [f"Here you go:\n```python\n{task.canonical_solution}```\nIt works." for task in tasks]
+    wrong = [f"```python\ndef {task.entry_point}(*args, **kwargs):\n    return None\n```" for task in tasks]
+    assert passed_code_tasks(tasks, right, workers=2) == [True, True, True]
+    assert passed_code_tasks(tasks, wrong, workers=2) == [False, False, False]
+    # prose without code fails rather than raising
+    assert passed_code_tasks(tasks[:1], ["I cannot write that."]) == [False]
+    with pytest.raises(ValueError, match="one answer per code task"):
+        passed_code_tasks(tasks, right[:2])
+
+
+def test_targets_compare_each_figure_with_the_base():
+    base, model = ModelQuality("base"), ModelQuality("adapter")
+    base.quality["requests"] = answer_quality([varied(64, s) for s in range(0, 1000, 100)], base_nll=0.5)
+    loops = [[7, 8, 9, 10] * 16 for _ in range(2)] + [varied(64, s) for s in range(0, 800, 100)]
+    model.quality["requests"] = answer_quality(loops, base_nll=0.55, base_answers=[[1]] * 10)
+    checks = targets_met(model, base)
+    assert checks["requests/collapse"] is False  # 2 of 10 collapsed against none
+    assert checks["requests/base_nll"] is True  # 1.1x is within 1.2x
+    assert checks["requests/distinct_3grams"] is False  # (8 x 62 + 4) / 620 = 0.81x of the base's 1.0
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """The whole protocol on a tiny random model: the 'adapter' is another seed of the same family."""
+    tokenizer = tiny_tokenizer()
+    base_model, other = tiny_model("llama", 0), tiny_model("llama", 1)
+    prompts = [[5, 9, 14, 3], [8, 40, 41], [100, 101, 102]]
+    protocol = QualityProtocol(
+        sets=[RequestSet("requests", prompts)],
+        speed_prompts=prompts[:2],
+        settings={"plain": JacobiConfig(block_size=4), "both": JacobiConfig(block_size=4, num_blocks=2)},
+        max_new_tokens=12,
+        batch_size=2,
+    )
+    base = measure_model("base", base_model, base_model, tokenizer, protocol)
+    model = measure_model("other", other, base_model, tokenizer, protocol, base)
+    return base, model
+
+
+def test_the_protocol_scores_the_base_against_itself_and_a_model_against_the_base(measured):
+    base, model = measured
+    assert base.quality["requests"].identical_to_base is None
+    assert model.quality["requests"].identical_to_base is not None
+    assert base.quality["requests"].answers == model.quality["requests"].answers == 3
+    # the base scores its own greedy answers no worse than another model's
+    assert base.quality["requests"].base_nll <= model.quality["requests"].base_nll
+    assert [s.name for s in model.speed] == ["plain", "both"]
+    assert base.identical_to_greedy and model.identical_to_greedy
+    assert json.loads(json.dumps(model.to_dict()))["speed"][0]["tokens_per_forward"] > 0
+
+
+def test_the_table_and_the_front_plot(measured, tmp_path):
+    base, model = measured
+    table = markdown_table([base, model], base)
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("| model | plain tokens/forward | both tokens/forward | set")
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    assert lines[3].startswith("| other |")
+    path = plot_front([base, model], tmp_path / "front.png", "both", "requests")
+    assert path.stat().st_size > 1000
