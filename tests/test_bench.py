@@ -224,6 +224,21 @@ def test_batch_forwards_count_each_batchs_slowest_row():
     assert "batch forwards" not in report.notes(run, [row], 1, 12)
 
 
+def test_collapsed_answers_are_counted_and_said_beside_the_speed():
+    setting = Setting("Jacobi plain n=4", runner.JACOBI, block_size=4, variant="plain")
+    loop, varied = [7, 8, 9, 10] * 20, list(range(80))
+    run = runner.BenchRun("words", "accuracy", [setting])
+    for item, tokens in (("a", loop), ("b", varied), ("c", loop)):
+        run.samples.append(
+            runner.SampleResult(
+                setting.name, item, 0, 5, len(tokens), 9, False, True, "x", collapsed=runner.collapsed(tokens)
+            )
+        )
+    (row,) = report.summarize(run)
+    assert row["collapsed"] == 2
+    assert "2 of 3 answers of the first setting collapsed into a loop" in report.notes(run, [row], 1, 80)
+
+
 def test_table_json_and_plot_are_written(gemma, tmp_path):
     run = run_bench(gemma, tiny_tokenizer(), word_task(2), bench_settings([2, 4], ["plain"], False), 8, progress=False)
     rows = report.summarize(run)

@@ -82,6 +82,7 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
                 "decode_tokens_per_s": statistics.median(tokens / d for d in decode) if timings else None,
                 "ended_on_eos": sum(s.ended_on_eos for s in samples),
                 "identical": sum(s.identical for s in samples),
+                "collapsed": sum(s.collapsed for s in samples),
             }
         )
     ar_rates = per_round[0]
@@ -121,6 +122,11 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
         "tokens/forward = new tokens / decoding forwards (prefill excluded; AR needs one per token after the first). "
         "tok/s counts the prefill unless marked. identical = samples whose tokens equal plain AR's.",
     ]
+    if rows:
+        lines.append(
+            f"{rows[0]['collapsed']} of {samples} answers of the first setting collapsed into a loop (the last 64 tokens "
+            "under 40% distinct 4-grams): loops are the cheapest tokens to accept, so read speed beside this."
+        )
     if batch_size > 1:
         lines.append(
             "batch forwards = the forwards each batch ran, i.e. its slowest row's, summed over batches: a batch decodes "

@@ -22,6 +22,7 @@ from transformers import CompileConfig, PreTrainedModel, PreTrainedTokenizerBase
 from ..decoding.config import JacobiConfig
 from ..loading import eos_token_ids
 from .common import VARIANTS, generated_tokens, timed, variant_config
+from .quality import collapsed
 from .roofline import prefill_seconds
 from .tasks import BenchItem, BenchTask
 
@@ -94,6 +95,8 @@ class SampleResult:
     completion: str
     correct: bool | None = None
     status: str = ""
+    collapsed: bool = False
+    """The answer ends in a loop (`bench.quality.collapsed`): tokens that are cheap to accept and worth nothing."""
 
 
 @dataclass
@@ -246,6 +249,7 @@ def _samples(decoder, setting, chunk: list[BenchItem], batch: int, inputs, outpu
                 ended_on_eos=bool(tokens) and tokens[-1] in decoder.eos_ids,
                 identical=tokens == reference[i],
                 completion=decoder.tokenizer.decode(tokens, skip_special_tokens=True),
+                collapsed=collapsed(tokens),
             )
         )
     return results
