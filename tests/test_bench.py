@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.bench import report, runner
@@ -88,6 +89,16 @@ def test_compiled_baseline_falls_back_to_static_cache_when_compilation_fails(gem
     assert [s.kind for s in run.settings] == ["ar", AR_STATIC, "jacobi"]
     assert "torch.compile failed here (RuntimeError: no C++ compiler)" in run.notes[0]
     assert "Note: torch.compile failed" in report.notes(run, report.summarize(run), 1, 8)
+    # the fallback ran no compiled baseline, so the notes claim no compile mode
+    assert "torch.compile mode" not in report.notes(run, report.summarize(run), 1, 8)
+
+
+def test_the_compiled_baseline_is_transformers_default_reduce_overhead_and_says_so():
+    (setting,) = [s for s in bench_settings([4], ["plain"]) if s.kind == AR_COMPILED]
+    kwargs = setting.generate_kwargs(torch.device("cpu"))
+    assert kwargs["cache_implementation"] == "static" and kwargs["compile_config"].mode == "reduce-overhead"
+    run = runner.BenchRun("words", "accuracy", [setting])
+    assert "torch.compile mode 'reduce-overhead'" in report.notes(run, report.summarize(run), 1, 8)
 
 
 def test_settings_and_tasks_refuse_bad_input():

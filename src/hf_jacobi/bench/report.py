@@ -19,7 +19,7 @@ import torch
 
 from ..atomic import write_text
 from ..hub.results import markdown_table
-from .runner import JACOBI, BenchRun
+from .runner import AR_COMPILE_MODE, AR_COMPILED, JACOBI, BenchRun
 
 __all__ = [
     "fmt",
@@ -136,6 +136,11 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
         lines.append(
             f"Timed {rows[0]['rounds']} rounds over the whole set, settings alternating within each batch: tok/s is "
             "the median round (slowest-fastest in brackets), speedups the median of the per-round ratios."
+        )
+    if any(setting.kind == AR_COMPILED for setting in run.settings):
+        lines.append(
+            f"AR (static cache + compile) = greedy on a static cache with torch.compile mode {AR_COMPILE_MODE!r} "
+            "(transformers' default for a compiled cache: CUDA graphs on a GPU)."
         )
     lines += [f"Note: {n}" for n in run.notes]
     return "\n".join(lines)

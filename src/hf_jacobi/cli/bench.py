@@ -34,7 +34,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     then `bench.partial.json` holds the batches done, so a run cut short by a time limit leaves its measurements.
     """
     from hf_jacobi.bench import report
-    from hf_jacobi.bench.runner import Setting, bench_settings, run_bench
+    from hf_jacobi.bench.runner import AR_COMPILE_MODE, AR_COMPILED, Setting, bench_settings, run_bench
     from hf_jacobi.bench.tasks import load_task
 
     writable_output(args.output_dir, "--output-dir")
@@ -66,6 +66,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens,
         "rounds": args.rounds,
+        "ar_compile_mode": AR_COMPILE_MODE if any(s.kind == AR_COMPILED for s in settings) else None,
     }
     partial = args.output_dir / PARTIAL
     run = run_bench(
