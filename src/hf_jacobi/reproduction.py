@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .data.shards import SETTINGS_FILE as COLLECTION_SETTINGS
+from .training.study import STATE_FILE as TRAINER_STATE
 from .training.study import state_file
 
 IGNORED_KEYS = frozenset({"adapter", "output_file", "output_dir", "trained_model", "init_adapter", "model"})
@@ -37,9 +39,7 @@ checkpoints and still compared."""
 TIMING_MARKERS = ("runtime", "per_second", "seconds", "wall", "elapsed")
 """A key holding one of these is a clock reading, not a computed figure."""
 
-TRAINER_STATE = "trainer_state.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-COLLECTION_SETTINGS = "collection.json"
 PROMPT_FILE_SUFFIXES = (".parquet", ".jsonl")
 PROMPT_FILE_COLUMNS = (("prompt_id", "messages"), ("text_id", "text"))
 """The columns of a prompt set (`hf-jacobi magpie`, the `packages` snapshot) and of an anchor text set; the id first."""

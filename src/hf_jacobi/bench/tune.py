@@ -23,14 +23,13 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from ..decoding.config import JacobiConfig
+from ..hub.export import TUNE_REPORT
 from .common import ForwardCounts, timed
 from .roofline import DEFAULT_WIDTHS, interpolate_cost, measure_roofline, prefill_seconds, roofline_knee
 
 DEFAULT_BLOCK_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_NUM_BLOCKS = (1, 2)
 DEFAULT_POOL_SIZES = (0, 4)
-TUNE_REPORT = "jacobi_tune.json"
-"""Written beside the generation config, so the choice can be traced back to what was measured."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from ..loading import eos_token_ids, in_batches, left_padded, process_state
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,
+    SETTINGS_FILE,
     list_shards,
     read_shard,
     repair,
@@ -45,8 +46,6 @@ from .trajectories import TrajectoryRecorder, block_states
 from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, check_not_empty
 
 logger = logging.getLogger(__name__)
-
-SETTINGS_FILE = "collection.json"
 
 
 def collect_trajectories(

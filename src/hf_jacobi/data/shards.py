@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 SHARD_PATTERN = re.compile(r"^trajectories-r(\d{3})-(\d{5})\.parquet$")
 TEMPORARY_PATTERN = re.compile(r"^\.trajectories-r\d{3}-\d{5}\.parquet\.tmp$")
 SCHEMA: pa.Schema = TRAJECTORY_FEATURES.arrow_schema
+SETTINGS_FILE = "collection.json"
+"""Beside the shards: the settings that collected them (a resumed collection must use the same)."""
 
 
 def shard_path(folder: Path, rank: int, number: int) -> Path:

@@ -10,15 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ...data.humaneval import HumanEvalProblem, load_humaneval
+from ...data.humaneval import HumanEvalProblem, chat_prompt, load_humaneval
 from ..sandbox import ExecutionResult, run_program, run_programs
 from .base import BenchItem, BenchTask, Score, TaskOptions
 
 STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
 """Where a raw completion leaves the function body: any new top-level statement ends it."""
-
-CHAT_INSTRUCTION = "Complete the following Python function. Answer with the whole function in a ```python code block."
-"""How an instruct model is asked for a HumanEval solution when the bench runs it as a chat turn."""
 
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 
@@ -83,7 +80,7 @@ def build(options: TaskOptions) -> BenchTask:
     problems = load_humaneval(options.limit)
     scorer = _scorer(options.timeout_s, options.workers, bool(options.chat))
     if options.chat:
-        items = [BenchItem(p.task_id, f"{CHAT_INSTRUCTION}\n\n```python\n{p.prompt}```", p) for p in problems]
+        items = [BenchItem(p.task_id, chat_prompt(p), p) for p in problems]
         return BenchTask("humaneval", "pass@1", items, True, (), scorer)
     items = [BenchItem(p.task_id, p.prompt, p) for p in problems]
     return BenchTask("humaneval", "pass@1", items, False, STOP_SEQUENCES, scorer)
