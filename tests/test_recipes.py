@@ -137,15 +137,25 @@ REPRODUCE_TARGETS = ["reproduce-rounds12", "reproduce-round3-collect", "reproduc
 
 @pytest.mark.parametrize("target", REPRODUCE_TARGETS)
 def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_path):
-    """`make reproduce-*` checks a stage against the committed outputs: every reference it names must be in the repo,
-    and every re-run output it compares must be written under REPRO (never over the committed files)."""
+    """The `reproduce-*` targets of recipes/smollm2-135m/Makefile check a stage against the committed outputs: every
+    reference one names must be in the repo, and every re-run output it compares must be written under REPRO (never
+    over the committed files)."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     root = RECIPES.parent
     repro = tmp_path / "repro"
     # -n prints the commands; the stamp file's rule is told up to date so that a fresh clone does not set up first
     printed = subprocess.run(
-        ["make", "-n", "-o", ".venv/.hf_jacobi-installed", target, f"REPRO={repro}"],
+        [
+            "make",
+            "-n",
+            "-f",
+            "recipes/smollm2-135m/Makefile",
+            "-o",
+            ".venv/.hf_jacobi-installed",
+            target,
+            f"REPRO={repro}",
+        ],
         cwd=root,
         capture_output=True,
         text=True,
