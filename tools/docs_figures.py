@@ -1,0 +1,927 @@
+"""The figures of README.md, docs/*.md and model_cards/*.md, rendered from the results files they come from.
+
+A page marks a figure with a pair of HTML comments, which neither GitHub nor the docs site shows:
+
+    <!-- figures:NAME -->
+    ...
+    <!-- /figures:NAME -->
+
+and this script replaces what lies between them with what the block function registered as NAME returns. A pair
+written inside a line (`about <!-- figures:NAME -->1.07<!-- /figures:NAME --> tokens`) is an inline block: its text
+stays on that line. Run from anywhere:
+
+    python tools/docs_figures.py           # rewrite the pages (make docs-figures)
+    python tools/docs_figures.py --check   # print a diff of every page that disagrees with its files, exit 1
+
+tests/test_docs.py runs the check, so a results file that changes, or a page edited by hand between markers, fails
+`make test` until the pages are rendered again.
+
+Adding a figure is one function and one marker pair: a function below that reads its files (paths relative to
+docs/results/) and returns Markdown, decorated with `@block("name")`; then `<!-- figures:name -->` and
+`<!-- /figures:name -->` where it goes. `page.ref(path)` links a results file from the page being rendered (a relative
+link on README and docs pages, a code span in model cards, which are published without the docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+JF = "jacobi-forcing-cpu"
+PAGE_GLOBS = ("README.md", "docs/*.md", "model_cards/*.md")
+FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[ \t]*$", re.DOTALL | re.MULTILINE)
+MARKER = re.compile(r"(?<!`)<!-- figures:(?P<name>[a-z0-9-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Page:
+    """The page a block is rendered into: links to results files depend on where it lies."""
+
+    path: Path  # relative to the repository root
+
+    def ref(self, path: str, text: str | None = None) -> str:
+        """A reference to docs/results/<path> from this page."""
+        text = text or path.rsplit("/", 1)[-1]
+        if self.path.parts[0] == "model_cards":
+            return f"`docs/results/{path}`"
+        prefix = "docs/results" if len(self.path.parts) == 1 else "results"
+        return f"[{text}]({prefix}/{path})"
+
+
+BLOCKS: dict[str, Callable[[Page], str]] = {}
+
+
+def block(name: str) -> Callable[[Callable[[Page], str]], Callable[[Page], str]]:
+    """Register a block function under the marker name it fills."""
+
+    def register(fn: Callable[[Page], str]) -> Callable[[Page], str]:
+        if name in BLOCKS:
+            raise ValueError(f"block {name!r} is registered twice")
+        BLOCKS[name] = fn
+        return fn
+
+    return register
+
+
+# ---------------------------------------------------------------------------------------------------------- reading
+
+
+@functools.cache
+def load(path: str) -> Any:
+    """A JSON file under docs/results/."""
+    return json.loads((RESULTS / path).read_text(encoding="utf-8"))
+
+
+def markdown_table(path: str) -> str:
+    """The first Markdown table of a file under docs/results/ (what `hf-jacobi bench` writes to bench.md)."""
+    lines = (RESULTS / path).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+@dataclass(frozen=True)
+class Side:
+    """One model of an `hf-jacobi evaluate` report (its `base` or its `trained` side)."""
+
+    data: dict
+
+    def setting(self, name: str) -> dict | None:
+        return next((s for s in self.data["settings"] if s["name"] == name), None)
+
+    def tpf(self, name: str, digits: int = 3) -> str:
+        s = self.setting(name)
+        return "not run" if s is None else f"{s['tokens_per_forward']:.{digits}f}"
+
+    def counts(self, name: str) -> str:
+        s = self.setting(name)
+        return f"{s['new_tokens']:,} / {s['forwards']:,}"
+
+    @property
+    def distinct(self) -> float:
+        return self.data["distinct_3grams"]
+
+    @property
+    def reference_nll(self) -> float:
+        return self.data["reference_nll"]
+
+    @property
+    def canonical_nll(self) -> float:
+        return self.data["humaneval_canonical_nll"]
+
+    @property
+    def canonical_ratio(self) -> float:
+        return self.data.get("humaneval_canonical_nll_vs_base", 1.0)
+
+
+def evaluation(name: str) -> tuple[Side, Side] | None:
+    """Base and trained sides of docs/results/jacobi-forcing-cpu/<name>.json, None when that evaluation was not run."""
+    if not (RESULTS / JF / f"{name}.json").is_file():
+        return None
+    data = load(f"{JF}/{name}.json")
+    return Side(data["base"]), Side(data["trained"])
+
+
+def trained(name: str) -> Side:
+    return evaluation(name)[1]
+
+
+def base(name: str) -> Side:
+    return evaluation(name)[0]
+
+
+def bench_rows(path: str) -> dict[str, dict]:
+    """The summary rows of a bench.json, by setting name."""
+    return {row["setting"]: row for row in load(path)["summary"]}
+
+
+def rng(values: list[float], fmt: str = ".2f") -> str:
+    low, high = values
+    return f"{low:{fmt}}-{high:{fmt}}"
+
+
+def pct_gain(new: float, old: float) -> str:
+    return f"{(new / old - 1) * 100:.0f}%"
+
+
+def heldout_curve(path: str) -> list[dict]:
+    """The held-out figures a training run logged (`HeldOutSpeedCallback`), step by step."""
+    return [e for e in load(path)["log_history"] if "heldout/plain_tokens_per_forward" in e]
+
+
+# --------------------------------------------------------------------------------------- the shipped adapter's rows
+
+# the rounds of the shipped chain, each with the evaluation files that hold its held-out figures
+ROUND4 = "lora-r16-round4-w16"
+ROUND3 = "lora-r16-onpolicy-kl1-anchor300"
+ROUND2 = "lora-r16-round2-kl1"
+PACKAGES_ROWS = [  # (label, evaluation of the 16 `packages` test prompts at 64 tokens, or None for the base)
+    ("base SmolLM2-135M-Instruct", None),
+    ("round 1 (LoRA r16)", "evaluate-lora-r16"),
+    ("full fine-tune instead of round 1 (not shipped)", "evaluate-full"),
+    ("round 2, KL anchor", f"evaluate-{ROUND2}"),
+    ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-{ROUND3}"),
+    ("**round 4, on-policy, noise window 16 (shipped)**", f"evaluate-{ROUND4}"),
+]
+HUMANEVAL_ROWS = [
+    ("base SmolLM2-135M-Instruct", None),
+    ("round 1 (LoRA r16)", "evaluate-humaneval"),
+    ("round 2, KL anchor", f"evaluate-humaneval-{ROUND2}"),
+    ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-humaneval-{ROUND3}"),
+    ("**round 4, on-policy, noise window 16 (shipped)**", f"evaluate-humaneval-{ROUND4}"),
+]
+
+
+def bold_if(label: str, text: str) -> str:
+    return f"**{text}**" if label.startswith("**") else text
+
+
+@block("eval-packages")
+def eval_packages(page: Page) -> str:
+    rows = [
+        "| model | plain tokens/forward | 2 blocks + recycling tokens/forward | distinct 3-grams | NLL of base answers |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, name in PACKAGES_ROWS:
+        side = base(f"evaluate-{ROUND4}") if name is None else trained(name)
+        plain, both = side.tpf("plain"), side.tpf("both", 2)
+        rows.append(
+            f"| {label} | {bold_if(label, plain)} ({side.counts('plain')}) | {bold_if(label, both)} "
+            f"({side.counts('both')}) | {side.distinct:.3f} | {side.reference_nll:.3f} |"
+        )
+    files = ", ".join(page.ref(f"{JF}/{name}.json") for _, name in PACKAGES_ROWS if name)
+    return "\n".join(rows) + f"\n\nFiles: {files}."
+
+
+@block("eval-humaneval")
+def eval_humaneval(page: Page) -> str:
+    rows = [
+        "| model | plain n=8 tokens/forward | recycling n=8, pool 4 tokens/forward | distinct 3-grams "
+        "| NLL of HumanEval's canonical solutions |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, name in HUMANEVAL_ROWS:
+        side = base(f"evaluate-humaneval-{ROUND4}") if name is None else trained(name)
+        plain, rec = side.tpf("plain"), side.tpf("recycling", 2)
+        nll = f"{side.canonical_nll:.3f}"
+        if name is not None:
+            nll += f" ({bold_if(label, f'{side.canonical_ratio:.3f}x')} base)"
+        rows.append(
+            f"| {label} | {bold_if(label, plain)} ({side.counts('plain')}) | {bold_if(label, rec)} "
+            f"({side.counts('recycling')}) | {side.distinct:.3f} | {nll} |"
+        )
+    files = ", ".join(page.ref(f"{JF}/{name}.json") for _, name in HUMANEVAL_ROWS if name)
+    return "\n".join(rows) + f"\n\nFiles: {files}."
+
+
+@block("eval-128-tokens")
+def eval_128_tokens(page: Page) -> str:
+    r3, r4 = evaluation("evaluate-128-tokens-shipped"), evaluation(f"evaluate-128-tokens-{ROUND4}")
+    rows = [
+        "| model | plain tokens/forward | 2 blocks + recycling tokens/forward |",
+        "|---|---:|---:|",
+        f"| base SmolLM2-135M-Instruct | {r4[0].tpf('plain')} ({r4[0].counts('plain')}) | "
+        f"{r4[0].tpf('both', 2)} ({r4[0].counts('both')}) |",
+        f"| round 3 | {r3[1].tpf('plain')} ({r3[1].counts('plain')}) | {r3[1].tpf('both', 2)} ({r3[1].counts('both')}) |",
+        f"| **round 4 (shipped)** | **{r4[1].tpf('plain')}** ({r4[1].counts('plain')}) | **{r4[1].tpf('both', 2)}** "
+        f"({r4[1].counts('both')}) |",
+    ]
+    files = f"{page.ref(f'{JF}/evaluate-128-tokens-{ROUND4}.json')}; round 3's: " + page.ref(
+        f"{JF}/evaluate-128-tokens-shipped.json"
+    )
+    return "\n".join(rows) + f"\n\nFiles: {files} (named for the adapter it shipped as then)."
+
+
+@block("untrained-acceptance")
+def untrained_acceptance(page: Page) -> str:
+    packages = base(f"evaluate-{ROUND4}").setting("plain")["tokens_per_forward"]
+    humaneval = base(f"evaluate-humaneval-{ROUND4}")
+    bench = base(f"evaluate-bench-prompts-{ROUND4}").setting("recycling")["tokens_per_forward"]
+    recycling = humaneval.setting("recycling")["tokens_per_forward"]
+    low, high = sorted((recycling, bench))
+    return f"about {packages:.2f} tokens per forward, {low:.2f}-{high:.2f} with rejection recycling"
+
+
+def _speedup(row: dict) -> str:
+    return f"{row['speedup_vs_best_ar']:.2f}x"
+
+
+@block("glance")
+def glance(page: Page) -> str:
+    p128 = evaluation(f"evaluate-128-tokens-{ROUND4}")
+    he = evaluation(f"evaluate-humaneval-{ROUND4}")
+    untrained_cpu = bench_rows(f"{JF}/bench-untrained/bench.json")["Jacobi recycling n=8"]
+    trained_cpu = bench_rows(f"{JF}/bench-round4/bench.json")["Jacobi recycling n=8"]
+    h200_u = bench_rows("gpu-h200/untrained-b1/bench.json")["Jacobi both n=16"]
+    h200_t = bench_rows("gpu-h200/trained-b1/bench.json")["Jacobi both n=16"]
+    h100 = bench_rows("gpu-h100/bench-trained-batch8/bench.json")["Jacobi both n=16"]
+    h200_b8 = bench_rows("gpu-h200/untrained-b8/bench.json")["Jacobi both n=16"]
+    h200_b8t = bench_rows("gpu-h200/trained-b8/bench.json")["Jacobi both n=16"]
+    f128, fhe = f"{JF}/evaluate-128-tokens-{ROUND4}.json", f"{JF}/evaluate-humaneval-{ROUND4}.json"
+    rows = [
+        "| held out, every output identical to greedy | untrained | shipped adapter | file |",
+        "|---|---:|---:|---|",
+        f"| plain Jacobi, tokens per forward (16 `packages` prompts, 128 tokens, block 16) | "
+        f"{p128[0].tpf('plain')} | **{p128[1].tpf('plain')}** | {page.ref(f128)} |",
+        f"| 2 blocks + recycling, tokens per forward (same prompts) | {p128[0].tpf('both', 2)} | "
+        f"**{p128[1].tpf('both', 2)}** | {page.ref(f128)} |",
+        f"| plain Jacobi, tokens per forward (16 HumanEval problems, block 8) | {he[0].tpf('plain')} | "
+        f"**{he[1].tpf('plain')}** | {page.ref(fhe)} |",
+        f"| block 8 + recycling, tokens per forward (same problems) | {he[0].tpf('recycling', 2)} | "
+        f"**{he[1].tpf('recycling', 2)}** | {page.ref(fhe)} |",
+        f"| NLL of HumanEval's canonical solutions vs the base (bar 1.10x) | 1.000x | "
+        f"{he[1].canonical_ratio:.3f}x | {page.ref(fhe)} |",
+        f"| 2-core CPU, batch 1: block 8 + recycling vs compiled greedy (4 prompts) | {_speedup(untrained_cpu)} | "
+        f"**{_speedup(trained_cpu)}** | {page.ref(f'{JF}/bench-untrained/bench.json', 'untrained')}, "
+        f"{page.ref(f'{JF}/bench-round4/bench.json', 'shipped')} |",
+        f"| one H200, batch 1: 2 blocks + recycling vs compiled greedy (8 prompts) | {_speedup(h200_u)} | "
+        f"**{_speedup(h200_t)}** | {page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')}, "
+        f"{page.ref('gpu-h200/trained-b1/bench.json', 'shipped')} |",
+        f"| GPU, batch 8: 2 blocks + recycling vs compiled greedy (16 prompts) | {_speedup(h200_b8)} (H200) | "
+        f"**{_speedup(h100)}** (H100), {_speedup(h200_b8t)} (H200) | "
+        f"{page.ref('gpu-h200/untrained-b8/bench.json', 'H200 untrained')}, "
+        f"{page.ref('gpu-h100/bench-trained-batch8/bench.json', 'H100')}, "
+        f"{page.ref('gpu-h200/trained-b8/bench.json', 'H200 shipped')} |",
+    ]
+    return "\n".join(rows)
+
+
+@block("quality-summary")
+def quality_summary(page: Page) -> str:
+    packages, he = trained(f"evaluate-{ROUND4}"), evaluation(f"evaluate-humaneval-{ROUND4}")
+    packages_base = base(f"evaluate-{ROUND4}")
+    raw = bench_rows(f"{JF}/bench-humaneval-round4/bench.json")
+    score = next(iter(raw.values()))["score"]
+    base_score = bench_rows("cpu-humaneval-raw.json")["AR (generate)"]["score"]
+    return (
+        f"Distinct 3-grams of the shipped adapter's greedy answers: "
+        f"{packages.distinct / packages_base.distinct:.2f}x the base model's on `packages`, "
+        f"{he[1].distinct / he[0].distinct:.2f}x on HumanEval (bar 0.8x; "
+        f"{page.ref(f'{JF}/evaluate-{ROUND4}.json')}, {page.ref(f'{JF}/evaluate-humaneval-{ROUND4}.json')}). "
+        f"HumanEval pass@1 on the first 30 problems as raw completions: {score:.1%} with the adapter, "
+        f"{base_score:.1%} without ({page.ref(f'{JF}/bench-humaneval-round4/bench.json')}, "
+        f"{page.ref('cpu-humaneval-raw.json')}): a 135M model solves none of them."
+    )
+
+
+# ------------------------------------------------------------------------------------------------- the model card
+
+
+def _curve_table(path: str, reference: str, first: str) -> str:
+    rows = [
+        f"| step | plain tokens/forward | distinct 3-grams | NLL of the {reference} model's answers |",
+        "|---:|---:|---:|---:|",
+    ]
+    curve = heldout_curve(path)
+    for i, entry in enumerate(curve):
+        step = f"0 ({first})" if entry["step"] == 0 else str(entry["step"])
+        tpf = f"{entry['heldout/plain_tokens_per_forward']:.3f}"
+        if i == len(curve) - 1:
+            tpf = f"**{tpf}**"
+        rows.append(
+            f"| {step} | {tpf} | {entry['heldout/distinct_3grams']:.3f} | {entry['heldout/reference_nll']:.3f} |"
+        )
+    return "\n".join(rows)
+
+
+@block("card-curve-round4")
+def card_curve_round4(page: Page) -> str:
+    path = f"{JF}/training-states/{ROUND4}/trainer_state.json"
+    return _curve_table(path, "round-3", "round 3") + f"\n\nFile: {page.ref(path)}."
+
+
+@block("card-curve-round3")
+def card_curve_round3(page: Page) -> str:
+    path = f"{JF}/reproduction/training-states/{ROUND3}/trainer_state.json"
+    return _curve_table(path, "round-2", "round 2") + f"\n\nFile: {page.ref(path)} (the uninterrupted re-run)."
+
+
+@block("card-gains")
+def card_gains(page: Page) -> str:
+    b, t = evaluation(f"evaluate-{ROUND4}")
+    hb, ht = evaluation(f"evaluate-humaneval-{ROUND4}")
+    bb, bt = evaluation(f"evaluate-bench-prompts-{ROUND4}")
+    r3 = trained(f"evaluate-humaneval-{ROUND3}")
+    plain = t.setting("plain")["tokens_per_forward"] / b.setting("plain")["tokens_per_forward"]
+    he_plain = ht.setting("plain")["tokens_per_forward"] / hb.setting("plain")["tokens_per_forward"]
+    return (
+        f"Plain Jacobi accepts {plain:.2f}x the base model's tokens per forward on the `packages` test prompts and "
+        f"{he_plain:.2f}x on HumanEval. The NLL of the 164 canonical solutions (given their prompts as raw "
+        f"completions) is {ht.canonical_ratio:.3f}x the base's, inside the 1.10x bar set for quality (round 3: "
+        f"{r3.canonical_ratio:.3f}x). Distinct 3-grams of the greedy answers are {t.distinct / b.distinct:.2f}x the "
+        f"base's on `packages`, {ht.distinct / hb.distinct:.2f}x on HumanEval and {bt.distinct / bb.distinct:.2f}x "
+        f"on the 4 bench prompts (bar 0.8x), and the NLL of the base model's own answers rises from "
+        f"{b.reference_nll:.2f} to {t.reference_nll:.2f} nats per token on `packages` ({hb.reference_nll:.2f} to "
+        f"{ht.reference_nll:.2f} on HumanEval): the adapter moves the model's own text more than its grasp of "
+        "correct code."
+    )
+
+
+def _bench_wall_table(path: str, labels: dict[str, str], bold: str) -> str:
+    rows = [
+        "| setting | tokens/forward | tok/s (slowest-fastest round) | vs greedy (static cache + compile) "
+        "| vs plain generate |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for setting, row in bench_rows(path).items():
+        label = labels.get(setting, setting)
+        cells = [
+            f"{row['tokens_per_forward']:.2f}",
+            f"{row['tokens_per_s']:.1f} ({rng(row['tokens_per_s_range'], '.1f')})",
+            f"{row['speedup_vs_best_ar']:.2f}x ({rng(row['speedup_vs_best_ar_range'])})",
+            f"{row['speedup_vs_ar']:.2f}x",
+        ]
+        if setting == bold:
+            label, cells = f"**{label}**", [f"**{c}**" for c in cells]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+@block("wall-round4")
+def wall_round4(page: Page) -> str:
+    path = f"{JF}/bench-round4/bench.json"
+    labels = {
+        "AR (generate)": "greedy `generate`",
+        "AR (static cache + compile)": "greedy, static cache + `torch.compile`",
+        "Jacobi plain n=8": "plain Jacobi, block 8",
+        "Jacobi recycling n=8": "block 8 + pool 4 (the shipped default)",
+        "Jacobi default (block 16, pool 4, 2 verified per step)": "block 16 + pool 4 verifying 2 (tune's choice)",
+    }
+    meta = load(path)["meta"]
+    return (
+        _bench_wall_table(path, labels, "Jacobi recycling n=8")
+        + f"\n\n`{meta['command']}` on {meta['machine']}, {meta['rounds']} alternating rounds, medians "
+        f"({page.ref(path)})."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- results page
+
+
+@block("bench-md-round4")
+def bench_md_round4(page: Page) -> str:
+    return markdown_table(f"{JF}/bench-round4/bench.md") + f"\n\nFile: {page.ref(f'{JF}/bench-round4/bench.json')}."
+
+
+@block("bench-md-round3")
+def bench_md_round3(page: Page) -> str:
+    return markdown_table(f"{JF}/bench-trained/bench.md") + f"\n\nFile: {page.ref(f'{JF}/bench-trained/bench.json')}."
+
+
+@block("bench-md-round2")
+def bench_md_round2(page: Page) -> str:
+    folder = f"{JF}/bench-round2-beside-round3-onpolicy"
+    return markdown_table(f"{folder}/bench.md") + f"\n\nFile: {page.ref(f'{folder}/bench.json')}."
+
+
+@block("bench-md-untrained")
+def bench_md_untrained(page: Page) -> str:
+    folder = f"{JF}/bench-untrained"
+    return markdown_table(f"{folder}/bench.md") + f"\n\nFile: {page.ref(f'{folder}/bench.json')}."
+
+
+@block("humaneval-chat")
+def humaneval_chat(page: Page) -> str:
+    return markdown_table("cpu-humaneval-chat.md") + f"\n\nFile: {page.ref('cpu-humaneval-chat.json')}."
+
+
+@block("humaneval-raw")
+def humaneval_raw(page: Page) -> str:
+    return markdown_table("cpu-humaneval-raw.md") + f"\n\nFile: {page.ref('cpu-humaneval-raw.json')}."
+
+
+def _roofline(path: str) -> str:
+    curve = {int(k): v for k, v in load(path)["roofline_seconds"].items()}
+    rows = ["| tokens | ms | x one token |", "|---:|---:|---:|"]
+    rows += [f"| {n} | {s * 1000:.2f} | {s / curve[1]:.2f} |" for n, s in sorted(curve.items())]
+    return "\n".join(rows)
+
+
+def _predictions(path: str, limit: int) -> str:
+    """The tuner's best `limit` predictions, against its prediction for greedy."""
+    predictions = load(path)["predictions"]
+    greedy = next(p["predicted_tokens_per_s"] for p in predictions if p["candidate"] == "greedy")
+    rows = [
+        "| setting | tokens/forward | mean width | predicted tok/s | vs greedy |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for p in predictions[:limit]:
+        rows.append(
+            f"| {p['candidate']} | {p['tokens_per_forward']:.2f} | {p['mean_width']:.1f} | "
+            f"{p['predicted_tokens_per_s']:.1f} | {p['predicted_tokens_per_s'] / greedy:.2f}x |"
+        )
+    return "\n".join(rows)
+
+
+@block("tune-embedded")
+def tune_embedded(page: Page) -> str:
+    path = "cpu-tune-embedded.json"
+    data = load(path)
+    verified = data["verified"][0]
+    return (
+        _roofline(path)
+        + "\n\n"
+        + _predictions(path, 5)
+        + f"\n\nThe knee (the widest forward within 1.5x a one-token forward) is {data['roofline_knee_tokens']} "
+        f"tokens; the best prediction ({verified['candidate']}) was timed at {verified['speedup']:.2f}x greedy, "
+        f'inside the 3% margin, so tune wrote `decoding="{data["choice"]["decoding"]}"`. File: {page.ref(path)}.'
+    )
+
+
+@block("tune-trained")
+def tune_trained(page: Page) -> str:
+    path = f"{JF}/tune-trained.json"
+    data = load(path)
+    rows = _predictions(path, 5)
+    timed = "; ".join(
+        f"{v['candidate']} {v['speedup']:.2f}x (medians {v['seconds']:.1f} s against {v['greedy_seconds']:.1f} s)"
+        for v in data["verified"]
+    )
+    return (
+        _roofline(path)
+        + "\n\n"
+        + rows
+        + f"\n\nTimed against greedy over {data['verified'][0]['rounds']} alternating rounds: {timed}. "
+        f"File: {page.ref(path)}."
+    )
+
+
+@block("tune-round4")
+def tune_round4(page: Page) -> str:
+    path = f"{JF}/tune-round4.json"
+    data = load(path)
+    timed = "; ".join(f"{v['candidate']} {v['speedup']:.2f}x" for v in data["verified"])
+    one = data["roofline_seconds"]["1"] * 1000
+    return (
+        f"timed against greedy on its train-prompt sample: {timed} (its one-token forward measured {one:.0f} ms, a "
+        f"disturbed reading; {page.ref(f'{JF}/tune-round4.md')})"
+    )
+
+
+# the study's runs: (label, how it differs from round 1's recipe)
+STUDY = {
+    "lora-r16": ("LoRA r16, 1 epoch (round 1)", ""),
+    "full": ("full fine-tune, 1 epoch", "`train_packages_full.yaml` (lr 5e-5)"),
+    "lora-r16-2ep": ("LoRA r16, 2 epochs", "`--num_train_epochs 2`"),
+    "lora-r16-lr1e-3": ("LoRA r16, lr 1e-3", "`--learning_rate 1e-3`"),
+    "lora-r64": ("LoRA r64", "`--lora_r 64 --lora_alpha 128`"),
+    "lora-r16-448": ("LoRA r16, 448 prompts, 1 epoch", "`--num_trajectory_prompts 448`"),
+    "lora-r16-ar0.25": ("LoRA r16, AR weight 0.25", "`--ar_loss_weight 0.25`"),
+    "lora-r16-w4": ("LoRA r16, noise window 4", "`--noise_window 4`"),
+    "lora-r16-b8": ("LoRA r16, trajectories at block 8", "`jacobi-forcing-block-sizes` (collect `--block_size 8`)"),
+    "lora-r16-b32": ("LoRA r16, trajectories at block 32", "`jacobi-forcing-block-sizes` (collect `--block_size 32`)"),
+    "lora-r16-w16": ("LoRA r16, noise window 16 (block 16)", "`--noise_window 16`"),
+    "lora-r16-mixed": ("LoRA r16, 2,000 prompts (code + instructions), 1 epoch", "`train_mixed_lora.yaml`"),
+    "lora-r16-mixed-ar2": ("the same, AR weight 2", "`train_mixed_lora.yaml --ar_loss_weight 2`"),
+    "lora-r16-round2": ("second round from round 1", "`train_round2.yaml --base_kl_weight 0`"),
+    "lora-r16-round2-ar2": ("the same, AR weight 2", "`train_round2.yaml --base_kl_weight 0 --ar_loss_weight 2`"),
+    "lora-r16-round2-kl1": ("the same, KL anchor to the base (round 2)", "`train_round2.yaml` (`--base_kl_weight 1`)"),
+    "lora-r16-round2-kl0.5": ("the same, KL weight 0.5", "`train_round2.yaml --base_kl_weight 0.5`"),
+    "lora-r16-round3-mixed-kl1": ("third round from round 2, 2,000 prompts, KL anchor", "`train_round3.yaml`"),
+    "lora-r16-onpolicy-kl1": (
+        "the same on round 2's own trajectories (on-policy)",
+        "`train_onpolicy.yaml` without anchor texts",
+    ),
+    ROUND3: ("the same with 300 anchor texts (round 3)", "`train_onpolicy.yaml`"),
+    ROUND4: (
+        "**fourth round on round 3's own trajectories, noise window 16 (round 4, shipped)**",
+        "`train_round4.yaml`",
+    ),
+}
+
+
+def _curve_path(run: str) -> str:
+    if (
+        run == ROUND3
+    ):  # the uninterrupted re-run: the original's held-out NLL after its resume scored a wrong reference
+        return f"{JF}/reproduction/training-states/{run}/trainer_state.json"
+    return f"{JF}/training-states/{run}/trainer_state.json"
+
+
+@block("study")
+def study(page: Page) -> str:
+    lines = (RESULTS / JF / "study.md").read_text(encoding="utf-8").splitlines()
+    rows = [
+        "| run | flag | steps | training tokens | plain tokens/forward | distinct 3-grams | NLL of base answers |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != 6 or cells[0] not in STUDY:
+            continue
+        run, steps, tokens, plain, distinct, nll = cells
+        label, flag = STUDY[run]
+        curve = heldout_curve(_curve_path(run))
+        best = max(curve, key=lambda e: e["heldout/plain_tokens_per_forward"])
+        if (
+            best is not curve[-1]
+            and best["heldout/plain_tokens_per_forward"] > curve[-1]["heldout/plain_tokens_per_forward"] + 0.005
+        ):
+            plain += f" ({best['heldout/plain_tokens_per_forward']:.3f} at step {best['step']})"
+        rows.append(f"| {label} | {flag} | {steps} | {tokens} | {plain} | {distinct} | {nll} |")
+    return "\n".join(rows) + f"\n\nFile: {page.ref(f'{JF}/study.md')} (and each run's `trainer_state.json`)."
+
+
+# the runs evaluated in full: (label, run name in the evaluation files, or None for the base model)
+FULL_EVALS = [
+    ("base", None),
+    ("LoRA r16, 1 epoch (round 1)", "lora-r16"),
+    ("LoRA r16, 2 epochs", "lora-r16-2ep"),
+    ("LoRA r16, 448 prompts", "lora-r16-448"),
+    ("LoRA r16, 2,000 prompts (mixed)", "lora-r16-mixed"),
+    ("the same, AR weight 2", "lora-r16-mixed-ar2"),
+    ("second round (from round 1)", "lora-r16-round2"),
+    ("the same, KL anchor weight 1 (round 2)", ROUND2),
+    ("the same, KL weight 0.5", "lora-r16-round2-kl0.5"),
+    ("third round, 2,000 prompts, KL anchor", "lora-r16-round3-mixed-kl1"),
+    ("the same, on-policy (round 2's trajectories)", "lora-r16-onpolicy-kl1"),
+    ("the same with 300 anchor texts (round 3)", ROUND3),
+    ("**round 4, noise window 16 (shipped)**", ROUND4),
+]
+# round 1's HumanEval and bench-prompt evaluations were run while it shipped, under the package weights' name
+ROUND1_FILES = {
+    "evaluate-humaneval": "evaluate-humaneval",
+    "evaluate-bench-prompts": "evaluate-bench-prompts-lora-r16",
+}
+
+
+def _full_eval(kind: str, run: str | None) -> tuple[Side, Side] | None:
+    if run is None:
+        return evaluation(f"{kind}-{ROUND4}")
+    if run == "lora-r16" and kind in ROUND1_FILES:
+        return evaluation(ROUND1_FILES[kind])
+    return evaluation(f"{kind}-{run}")
+
+
+def _bench_fallback(run: str | None) -> str:
+    """Round 2's recycling on the bench prompts was timed by a bench, not an evaluation: same prompts, same setting."""
+    if run != ROUND2:
+        return "not run"
+    row = bench_rows(f"{JF}/bench-round2-beside-round3-onpolicy/bench.json")["Jacobi recycling n=8"]
+    return f"{row['tokens_per_forward']:.2f} (bench)"
+
+
+@block("full-evals")
+def full_evals(page: Page) -> str:
+    rows = [
+        "| model | plain, packages 16 | plain n=8, HumanEval | recycling n=8, HumanEval | recycling n=8, bench prompts "
+        "| distinct 3-grams, packages / bench / HumanEval | HumanEval canonical NLL vs base |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, run in FULL_EVALS:
+        pick = 0 if run is None else 1
+        packages = _full_eval("evaluate", run)
+        humaneval = _full_eval("evaluate-humaneval", run)
+        bench = _full_eval("evaluate-bench-prompts", run)
+        p = packages[pick] if packages else None
+        h = humaneval[pick] if humaneval else None
+        b = bench[pick] if bench else None
+        distinct = " / ".join(f"{s.distinct:.3f}" if s else "not run" for s in (p, b, h))
+        cells = [
+            p.tpf("plain") if p else "not run",
+            h.tpf("plain") if h else "not run",
+            h.tpf("recycling", 2) if h else "not run",
+            b.tpf("recycling", 2) if b else _bench_fallback(run),
+            distinct,
+            f"{h.canonical_ratio:.3f}x" if h else "not run",
+        ]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + (
+        "\n\nFiles: `evaluate-<run>.json`, `evaluate-humaneval-<run>.json` and `evaluate-bench-prompts-<run>.json` "
+        f"under {page.ref(f'{JF}/study.md', 'jacobi-forcing-cpu/')} (round 1's HumanEval and bench-prompt "
+        f"evaluations: {page.ref(f'{JF}/evaluate-humaneval.json')} and "
+        f"{page.ref(f'{JF}/evaluate-bench-prompts-lora-r16.json')})."
+    )
+
+
+@block("block-sizes")
+def block_sizes(page: Page) -> str:
+    base8, base16, base32 = (
+        base("evaluate-lora-r16-b8-at8"),
+        base("evaluate-lora-r16"),
+        base("evaluate-lora-r16-b32-at32"),
+    )
+    rows = [
+        "| trained on | evaluated at block | plain tokens/forward | 2 blocks + recycling | distinct 3-grams "
+        "| NLL of base answers |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| base model (no training) | 8 / 16 / 32 | {base8.tpf('plain')} / {base16.tpf('plain')} / "
+        f"{base32.tpf('plain')} | {base8.tpf('both', 2)} / {base16.tpf('both', 2)} / {base32.tpf('both', 2)} | "
+        f"{base16.distinct:.3f} | {base16.reference_nll:.3f} |",
+    ]
+    for label, blocks, names in [
+        ("block 8, window 8", "8 / 16", ["evaluate-lora-r16-b8-at8", "evaluate-lora-r16-b8-at16"]),
+        ("block 16, window 8 (round 1)", "16", ["evaluate-lora-r16"]),
+        ("block 32, window 8", "32 / 16", ["evaluate-lora-r16-b32-at32", "evaluate-lora-r16-b32-at16"]),
+        ("block 16, window 16", "16", ["evaluate-lora-r16-w16"]),
+    ]:
+        sides = [trained(n) for n in names]
+        rows.append(
+            f"| {label} | {blocks} | {' / '.join(s.tpf('plain') for s in sides)} | "
+            f"{' / '.join(s.tpf('both', 2) for s in sides)} | {sides[0].distinct:.3f} | "
+            f"{sides[0].reference_nll:.3f} |"
+        )
+    return "\n".join(rows) + (
+        f"\n\nFiles: {page.ref(f'{JF}/evaluate-lora-r16-b8-at8.json')}, "
+        f"{page.ref(f'{JF}/evaluate-lora-r16-b8-at16.json')}, {page.ref(f'{JF}/evaluate-lora-r16.json')}, "
+        f"{page.ref(f'{JF}/evaluate-lora-r16-b32-at32.json')}, {page.ref(f'{JF}/evaluate-lora-r16-b32-at16.json')}, "
+        f"{page.ref(f'{JF}/evaluate-lora-r16-w16.json')}."
+    )
+
+
+@block("demo-counts")
+def demo_counts(page: Page) -> str:
+    b, t = evaluation(f"evaluate-bench-prompts-{ROUND4}")
+    rows = [
+        "| model | new tokens | greedy forwards | Jacobi forwards | tokens/forward | forwards saved | identical |",
+        "|---|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for label, side in (("untrained", b), ("+ Jacobi Forcing adapter", t)):
+        s = side.setting("recycling")
+        greedy = s["new_tokens"] - 4  # one greedy forward per token after the first, per prompt
+        rows.append(
+            f"| {label} | {s['new_tokens']} | {greedy} | {s['forwards']} | {s['tokens_per_forward']:.2f} | "
+            f"{(1 - s['forwards'] / greedy):.1%} | {'yes' if s['identical_to_greedy'] else 'no'} |"
+        )
+    return "\n".join(rows) + (
+        f"\n\nFile: {page.ref(f'{JF}/evaluate-bench-prompts-{ROUND4}.json')} (the same prompts and setting, "
+        f"batched); the GPU demo's transcript: {page.ref('gpu-h100/demo-batch1.md')}."
+    )
+
+
+def _gpu_rows(path: str, labels: dict[str, str], bold: str | None, batch_forwards: bool) -> list[str]:
+    data = load(path)
+    out = []
+    for row in data["summary"]:
+        if row["setting"] not in labels:
+            continue
+        cells = [f"{row['tokens_per_forward']:.2f}"]
+        if batch_forwards:
+            per_batch: dict[int, int] = {}
+            for s in data["samples"]:
+                if s["setting"] == row["setting"]:
+                    per_batch[s["batch"]] = max(per_batch.get(s["batch"], 0), s["forwards"])
+            cells.append(str(sum(per_batch.values())))
+        best = f"{row['speedup_vs_best_ar']:.2f}x"
+        if row["kind"] == "jacobi":
+            best += f" ({rng(row['speedup_vs_best_ar_range'])})"
+        cells += [
+            f"{row['tokens_per_s']:.1f} ({rng(row['tokens_per_s_range'], '.1f')})",
+            f"{row['speedup_vs_ar']:.2f}x",
+            best,
+        ]
+        label = labels[row["setting"]]
+        if row["setting"] == bold:
+            label, cells = f"**{label}**", [f"**{c}**" for c in cells]
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {row['identical']}/{row['samples']} |")
+    return out
+
+
+GPU_LABELS = {
+    "AR (generate)": "AR (`generate`)",
+    "AR (static cache + compile)": "AR (static cache + `torch.compile`)",
+    "Jacobi plain n=16": "Jacobi plain, block 16",
+    "Jacobi both n=16": "Jacobi 2 blocks + recycling (pool 4), block 16",
+    "Jacobi both n=32": "Jacobi 2 blocks + recycling (pool 4), block 32",
+    "Jacobi default (block 8, pool 4)": "shipped (CPU) default: block 8, pool 4",
+}
+
+
+@block("gpu-h200-batch1")
+def gpu_h200_batch1(page: Page) -> str:
+    rows = [
+        "| model, setting | tokens/forward | tok/s (range) | vs plain `generate` | vs static cache + compile (range) "
+        "| identical |",
+        "|---|---:|---:|---:|---:|:---:|",
+    ]
+    for model, folder, bold in (("untrained", "untrained-b1", None), ("trained", "trained-b1", "Jacobi both n=16")):
+        labels = {k: f"{model}, {v}" for k, v in GPU_LABELS.items() if k != "AR (generate)"}
+        rows += _gpu_rows(f"gpu-h200/{folder}/bench.json", labels, bold, batch_forwards=False)
+    return "\n".join(rows) + (
+        f"\n\nFiles: {page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')} (2 rounds), "
+        f"{page.ref('gpu-h200/trained-b1/bench.json', 'trained')} (3 rounds); notes in "
+        f"{page.ref('gpu-h200/README.md')}."
+    )
+
+
+@block("gpu-h100-batch8")
+def gpu_h100_batch8(page: Page) -> str:
+    rows = [
+        "| setting | tokens/forward | batch forwards | tok/s (range) | vs plain `generate` "
+        "| vs static cache + compile (range) | identical |",
+        "|---|---:|---:|---:|---:|---:|:---:|",
+    ]
+    path = "gpu-h100/bench-trained-batch8/bench.json"
+    rows += _gpu_rows(path, GPU_LABELS, "Jacobi both n=16", batch_forwards=True)
+    return "\n".join(rows) + f"\n\nFile: {page.ref(path)}; notes in {page.ref('gpu-h100/README.md')}."
+
+
+@block("gpu-h200-batch8")
+def gpu_h200_batch8(page: Page) -> str:
+    u = bench_rows("gpu-h200/untrained-b8/bench.json")["Jacobi both n=16"]
+    t = bench_rows("gpu-h200/trained-b8/bench.json")["Jacobi both n=16"]
+    return (
+        f"the trained wide setting ran at {t['speedup_vs_ar']:.2f}x plain `generate` and "
+        f"{t['speedup_vs_best_ar']:.2f}x compiled greedy ({rng(t['speedup_vs_best_ar_range'])} over the rounds), the "
+        f"untrained one at {u['speedup_vs_ar']:.2f}x and {u['speedup_vs_best_ar']:.2f}x "
+        f"({page.ref('gpu-h200/trained-b8/bench.json', 'trained')}, "
+        f"{page.ref('gpu-h200/untrained-b8/bench.json', 'untrained')})"
+    )
+
+
+@block("forward-cost-ratios")
+def forward_cost_ratios(page: Page) -> str:
+    cpu = {int(k): v for k, v in load("cpu-tune-embedded.json")["roofline_seconds"].items()}
+    gpu = {point["tokens"]: point["vs_one_token"] for point in load("gpu-h100/forward-cost.json")["float32-batch1"]}
+    return (
+        f"on the 2-core CPU a 16-token forward costs {cpu[16] / cpu[1]:.2f}x a one-token one "
+        f"({page.ref('cpu-tune-embedded.json')}), on one H100 a 512-token one {gpu[512]:.2f}x "
+        f"({page.ref('gpu-h100/forward-cost.json')})"
+    )
+
+
+@block("card-gpu")
+def card_gpu(page: Page) -> str:
+    b1 = bench_rows("gpu-h200/trained-b1/bench.json")["Jacobi both n=16"]
+    h100 = bench_rows("gpu-h100/bench-trained-batch8/bench.json")["Jacobi both n=16"]
+    h200 = bench_rows("gpu-h200/trained-b8/bench.json")["Jacobi both n=16"]
+    return (
+        f"{b1['speedup_vs_best_ar']:.2f}x greedy with static cache + `torch.compile` at batch 1 on an H200 "
+        f"({rng(b1['speedup_vs_best_ar_range'])} over the rounds; {b1['speedup_vs_ar']:.2f}x plain `generate`, "
+        f"{b1['tokens_per_forward']:.2f} tokens per forward), and in batches of 8 {h100['speedup_vs_best_ar']:.2f}x "
+        f"on an H100 and {h200['speedup_vs_best_ar']:.2f}x on the H200, where a batch waits for its slowest row "
+        f"({page.ref('gpu-h200/trained-b1/bench.json')}, {page.ref('gpu-h100/bench-trained-batch8/bench.json')}, "
+        f"{page.ref('gpu-h200/trained-b8/bench.json')});"
+    )
+
+
+# every CPU bench of the embedded model: greedy's speed differs between sittings
+CPU_BENCHES = [
+    "cpu-humaneval-chat.json",
+    "cpu-humaneval-raw.json",
+    f"{JF}/bench-untrained/bench.json",
+    f"{JF}/bench-trained/bench.json",
+    f"{JF}/bench-round2-beside-round3-onpolicy/bench.json",
+    f"{JF}/bench-round4/bench.json",
+]
+
+
+@block("greedy-speed-range")
+def greedy_speed_range(page: Page) -> str:
+    speeds = [row["tokens_per_s"] for path in CPU_BENCHES for row in load(path)["summary"] if row["kind"] == "ar"]
+    return f"{min(speeds):.1f} to {max(speeds):.1f}"
+
+
+OVERHEAD = "cpu-overhead"
+
+
+@block("overhead-variants")
+def overhead_variants(page: Page) -> str:
+    """Tokens per forward per variant from `hf-jacobi overhead`; its timings came from a shared, loaded machine."""
+    parts = []
+    for name, title in (
+        ("overhead", "plain Jacobi, 6 HumanEval prompts, 96 tokens"),
+        ("variants", "the four variants, 4 HumanEval prompts, 64 tokens"),
+    ):
+        path = f"{OVERHEAD}/{name}.json"
+        if not (RESULTS / path).is_file():
+            parts.append(f"_{title}_: not measured with today's code yet (`hf-jacobi overhead`, above).")
+            continue
+        rows = [
+            f"_{title}_ ({page.ref(path)}):",
+            "",
+            "| variant | block | tokens/forward | vs plain | mean width | recycled tokens | identical |",
+            "|---|---:|---:|---:|---:|---:|:---:|",
+        ]
+        for r in load(path)["summary"]:
+            rows.append(
+                f"| {r['variant']} | {r['block_size']} | {r['tokens_per_forward']:.3f} | {r['vs_plain']:.3f}x | "
+                f"{r['mean_width']:.1f} | {r['recycled_tokens']} | {'yes' if r['all_identical'] else 'no'} |"
+            )
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------------- rendering
+
+
+def page_paths(root: Path = ROOT) -> list[Path]:
+    """The pages that may hold figures, relative to the root."""
+    found: list[Path] = []
+    for pattern in PAGE_GLOBS:
+        found += sorted(p.relative_to(root) for p in root.glob(pattern))
+    return found
+
+
+def render_text(text: str, page: Page) -> str:
+    """`text` with every marked block rendered again; an unknown block name is an error naming the page. Markers in
+    fenced code blocks or right after a backtick (in a code span) are examples and stay as they are."""
+
+    def fill(match: re.Match) -> str:
+        name, body = match["name"], match["body"]
+        if name not in BLOCKS:
+            raise ValueError(f"{page.path}: no figure block named {name!r} (known: {', '.join(sorted(BLOCKS))})")
+        rendered = BLOCKS[name](page).strip("\n")
+        if body.startswith("\n"):  # a block of lines: markers on lines of their own
+            rendered = f"\n{rendered}\n"
+        return f"<!-- figures:{name} -->{rendered}<!-- /figures:{name} -->"
+
+    # markers inside fenced code blocks are examples (docs/development.md shows some), not figures
+    out, start = [], 0
+    for fence in FENCE.finditer(text):
+        out += [MARKER.sub(fill, text[start : fence.start()]), fence[0]]
+        start = fence.end()
+    return "".join([*out, MARKER.sub(fill, text[start:])])
+
+
+def render_pages(root: Path = ROOT) -> dict[Path, tuple[str, str]]:
+    """Every page holding a marker: its committed text and its text rendered from the results files."""
+    out = {}
+    for rel in page_paths(root):
+        text = (root / rel).read_text(encoding="utf-8")
+        if "<!-- figures:" in text:
+            out[rel] = (text, render_text(text, Page(rel)))
+    return out
+
+
+def stale_pages(root: Path = ROOT) -> str:
+    """A unified diff of every page whose figures disagree with its files ('' when all agree)."""
+    diffs = []
+    for rel, (old, new) in render_pages(root).items():
+        if old != new:
+            diffs += difflib.unified_diff(
+                old.splitlines(keepends=True), new.splitlines(keepends=True), f"{rel} (committed)", f"{rel} (rendered)"
+            )
+    return "".join(diffs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="print the diff of pages that disagree, exit 1")
+    args = parser.parse_args(argv)
+    if args.check:
+        diff = stale_pages()
+        if diff:
+            print(diff, end="")
+            print("\nfigures out of date: run `make docs-figures`", file=sys.stderr)
+            return 1
+        return 0
+    for rel, (old, new) in render_pages().items():
+        if old != new:
+            (ROOT / rel).write_text(new, encoding="utf-8")
+            print(f"rendered {rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
