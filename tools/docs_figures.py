@@ -835,7 +835,7 @@ def overhead_variants(page: Page) -> str:
     ):
         path = f"{OVERHEAD}/{name}.json"
         if not (RESULTS / path).is_file():
-            parts.append(f"_{title}_: not measured with today's code yet (`hf-jacobi overhead`, above).")
+            parts.append(f"_{title}_: not measured with today's code yet.")
             continue
         rows = [
             f"_{title}_ ({page.ref(path)}):",
