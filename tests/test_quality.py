@@ -114,3 +114,36 @@ def test_the_table_and_the_front_plot(measured, tmp_path):
     assert lines[3].startswith("| other |")
     path = plot_front([base, model], tmp_path / "front.png", "both", "requests")
     assert path.stat().st_size > 1000
+
+
+def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_protocol(tmp_path, capsys):
+    from hf_jacobi.cli import main
+
+    folder = tmp_path / "tiny"
+    tiny_model("llama", 0).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    common = ["quality", "--model", str(folder), "--num-prompts", "2", "--num-speed-prompts", "1"]
+    common += ["--max-new-tokens", "6", "--block-size", "4", "--settings", "plain"]
+    assert main([*common, "--output-dir", str(tmp_path / "first")]) == 0
+    first = json.loads((tmp_path / "first" / "quality.json").read_text())
+    assert [m["name"] for m in first["models"]] == ["base"] and first["protocol"]["prompts"] == {
+        "requests": 2,
+        "code-tasks": 2,
+    }
+    answers = json.loads((tmp_path / "first" / "answers.json").read_text())
+    assert len(answers["base"]["code-tasks"]["tokens"]) == len(answers["base"]["code-tasks"]["texts"]) == 2
+    assert (tmp_path / "first" / "quality.png").is_file() and (tmp_path / "first" / "quality.md").is_file()
+    base_line = next(
+        line for line in (tmp_path / "first" / "quality.md").read_text().splitlines() if "| base |" in line
+    )
+
+    reused = [*common, "--output-dir", str(tmp_path / "second"), "--base-results", str(tmp_path / "first")]
+    assert main(reused) == 0
+    second = json.loads((tmp_path / "second" / "quality.json").read_text())
+    assert second["models"] == first["models"] and second["base_results"] == str(tmp_path / "first")
+    assert base_line in (tmp_path / "second" / "quality.md").read_text()
+
+    capsys.readouterr()
+    other = [arg if arg != "6" else "8" for arg in reused]
+    assert main(other) == 1
+    assert "was measured with another protocol (differs in ['max_new_tokens'])" in capsys.readouterr().err

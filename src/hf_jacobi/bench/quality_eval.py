@@ -49,6 +49,20 @@ class ModelQuality:
         speed = [{**vars(s), "tokens_per_forward": s.tokens_per_forward} for s in self.speed]
         return {"name": self.name, "quality": {k: v.to_dict() for k, v in self.quality.items()}, "speed": speed}
 
+    @classmethod
+    def from_dict(cls, data: dict, answers: dict[str, list[list[int]]]) -> ModelQuality:
+        """A model measured earlier, from its `to_dict()` and its answers' token ids (as `hf-jacobi quality` saves
+        them), so that the base of a protocol is measured once."""
+        quality = {
+            name: AnswerQuality(**{k: v for k, v in figures.items() if k != "collapse_rate"})
+            for name, figures in data["quality"].items()
+        }
+        speed = [
+            SettingFigures(s["name"], s["settings"], s["new_tokens"], s["forwards"], s["identical_to_greedy"])
+            for s in data["speed"]
+        ]
+        return cls(data["name"], quality, speed, answers)
+
     @property
     def identical_to_greedy(self) -> bool:
         return all(s.identical_to_greedy for s in self.speed)

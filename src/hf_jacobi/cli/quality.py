@@ -44,6 +44,8 @@ def _check_inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     for label, folder in adapters:
         if not folder.is_dir():
             raise CliError(f"--adapters {label}={folder}: no such folder")
+    if args.base_results is not None and not (args.base_results / "quality.json").is_file():
+        raise CliError(f"--base-results {args.base_results}: no quality.json there (an earlier run's --output-dir)")
     unknown = sorted(set(args.settings) - set(VARIANTS))
     if unknown:
         raise CliError(f"--settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
@@ -70,15 +72,52 @@ def _protocol(args: argparse.Namespace, tokenizer):
     )
 
 
-def _answer_texts(models, protocol, tokenizer) -> dict:
-    """Every model's decoded answers by set, for reading what the figures summarize."""
+def _answers(models, protocol, tokenizer) -> dict:
+    """Every model's answers by set, as text (for reading what the figures summarize) and as token ids (so that a
+    later run of the same protocol can take the base's from here: `--base-results`)."""
     return {
         model.name: {
-            request_set.name: tokenizer.batch_decode(model.answers[request_set.name], skip_special_tokens=True)
+            request_set.name: {
+                "texts": tokenizer.batch_decode(model.answers[request_set.name], skip_special_tokens=True),
+                "tokens": model.answers[request_set.name],
+            }
             for request_set in protocol.sets
         }
         for model in models
     }
+
+
+def _record(args: argparse.Namespace, protocol, model_name: str) -> dict:
+    """What makes two runs' figures comparable: the base model and every setting of the protocol."""
+    return {
+        "model": model_name,
+        "sets": [s.name for s in protocol.sets],
+        "prompts": {s.name: len(s.prompts) for s in protocol.sets},
+        "speed_prompts": f"{args.speed_prompts} (test), {len(protocol.speed_prompts)} prompts",
+        "settings": {name: config.to_dict() for name, config in protocol.settings.items()},
+        "max_new_tokens": args.max_new_tokens,
+        "batch_size": args.batch_size,
+        "dtype": args.dtype,
+    }
+
+
+def _earlier_base(folder: Path, record: dict):
+    """The base model's result from an earlier run in `folder`, refused unless that run used the same protocol."""
+    from ..bench.quality_eval import ModelQuality
+
+    try:
+        results = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
+        answers = json.loads((folder / "answers.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CliError(f"--base-results {folder}: cannot read its quality.json / answers.json ({error})") from error
+    earlier = {key: results.get("protocol", {}).get(key) for key in record}
+    earlier["model"] = results.get("model")
+    if earlier != record:
+        changed = sorted(key for key in record if earlier.get(key) != record[key])
+        raise CliError(f"--base-results {folder} was measured with another protocol (differs in {changed})")
+    base = next(m for m in results["models"] if m["name"] == "base")
+    tokens = {name: entry["tokens"] for name, entry in answers["base"].items()}
+    return ModelQuality.from_dict(base, tokens)
 
 
 def run_quality_command(args: argparse.Namespace) -> int:
@@ -88,7 +127,11 @@ def run_quality_command(args: argparse.Namespace) -> int:
     adapters = _check_inputs(args)
     base_loaded = load_model(args.model, args.dtype)
     protocol = _protocol(args, base_loaded.tokenizer)
-    base = measure_model("base", base_loaded.model, base_loaded.model, base_loaded.tokenizer, protocol)
+    record = _record(args, protocol, base_loaded.name)
+    if args.base_results is not None:
+        base = _earlier_base(args.base_results, record)
+    else:
+        base = measure_model("base", base_loaded.model, base_loaded.model, base_loaded.tokenizer, protocol)
     models = [base]
     for label, folder in adapters:
         loaded = load_model(args.model, args.dtype, adapter=folder)
@@ -98,23 +141,16 @@ def run_quality_command(args: argparse.Namespace) -> int:
     print(table)
     results = {
         "model": base_loaded.name,
-        "protocol": {
-            "sets": [s.name for s in protocol.sets],
-            "prompts": {s.name: len(s.prompts) for s in protocol.sets},
-            "speed_prompts": f"{args.speed_prompts} (test), {len(protocol.speed_prompts)} prompts",
-            "settings": {name: config.to_dict() for name, config in protocol.settings.items()},
-            "max_new_tokens": args.max_new_tokens,
-            "batch_size": args.batch_size,
-            "dtype": args.dtype,
-        },
+        "protocol": {key: value for key, value in record.items() if key != "model"},
+        "base_results": None if args.base_results is None else str(args.base_results),
         "adapters": {label: str(folder) for label, folder in adapters},
         "models": [m.to_dict() for m in models],
         "targets_met": {m.name: targets_met(m, base) for m in models[1:]},
     }
     write_text(args.output_dir / "quality.json", json.dumps(results, indent=2) + "\n")
     write_text(args.output_dir / "quality.md", table + "\n")
-    answers = _answer_texts(models, protocol, base_loaded.tokenizer)
-    write_text(args.output_dir / "answers.json", json.dumps(answers, indent=2, ensure_ascii=False) + "\n")
+    answers = _answers(models, protocol, base_loaded.tokenizer)
+    write_text(args.output_dir / "answers.json", json.dumps(answers, indent=1, ensure_ascii=False) + "\n")
     plot_front(models, args.output_dir / "quality.png", args.settings[-1], args.sets[0])
     print(f"\nwrote quality.json, quality.md, answers.json and quality.png in {args.output_dir}")
     return 0 if all(m.identical_to_greedy for m in models) else 1
@@ -150,4 +186,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--max-new-tokens", type=positive_int, default=128, help="tokens per answer at most")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
     parser.add_argument("--output-dir", type=Path, default=Path("quality"), help="where the results go")
+    parser.add_argument(
+        "--base-results",
+        type=Path,
+        default=None,
+        help="an earlier run's --output-dir whose base model figures and answers to reuse (same protocol only)",
+    )
     parser.set_defaults(handler=run_quality_command)
