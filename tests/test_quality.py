@@ -147,3 +147,9 @@ def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_pro
     other = [arg if arg != "6" else "8" for arg in reused]
     assert main(other) == 1
     assert "was measured with another protocol (differs in ['max_new_tokens'])" in capsys.readouterr().err
+
+    answers_file = tmp_path / "first" / "answers.json"
+    answers_file.write_text(json.dumps({"base": {"requests": ["text only"]}}))
+    capsys.readouterr()
+    assert main(reused) == 1
+    assert "answers.json holds no token ids" in capsys.readouterr().err

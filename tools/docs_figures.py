@@ -284,10 +284,10 @@ def glance(page: Page) -> str:
         f"| 2-core CPU, batch 1: block 8 + recycling vs compiled greedy (4 prompts) | {_speedup(untrained_cpu)} | "
         f"**{_speedup(trained_cpu)}** | {page.ref(f'{JF}/bench-untrained/bench.json', 'untrained')}, "
         f"{page.ref(f'{JF}/bench-round4/bench.json', 'shipped')} |",
-        f"| one H200, batch 1: 2 blocks + recycling vs compiled greedy (8 prompts) | {_speedup(h200_u)} | "
+        f"| one H200, batch 1: 2 blocks + recycling vs compiled greedy without CUDA graphs, superseded (8 prompts) | {_speedup(h200_u)} | "
         f"**{_speedup(h200_t)}** | {page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')}, "
         f"{page.ref('gpu-h200/trained-b1/bench.json', 'shipped')} |",
-        f"| GPU, batch 8: 2 blocks + recycling vs compiled greedy (16 prompts) | {_speedup(h200_b8)} (H200) | "
+        f"| GPU, batch 8: same, superseded (16 prompts) | {_speedup(h200_b8)} (H200) | "
         f"**{_speedup(h100)}** (H100), {_speedup(h200_b8t)} (H200) | "
         f"{page.ref('gpu-h200/untrained-b8/bench.json', 'H200 untrained')}, "
         f"{page.ref('gpu-h100/bench-trained-batch8/bench.json', 'H100')}, "

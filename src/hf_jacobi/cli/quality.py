@@ -116,7 +116,12 @@ def _earlier_base(folder: Path, record: dict):
         changed = sorted(key for key in record if earlier.get(key) != record[key])
         raise CliError(f"--base-results {folder} was measured with another protocol (differs in {changed})")
     base = next(m for m in results["models"] if m["name"] == "base")
-    tokens = {name: entry["tokens"] for name, entry in answers["base"].items()}
+    try:
+        tokens = {name: entry["tokens"] for name, entry in answers["base"].items()}
+    except (KeyError, TypeError) as error:
+        raise CliError(
+            f"--base-results {folder}: its answers.json holds no token ids (an older run's): run without it"
+        ) from error
     return ModelQuality.from_dict(base, tokens)
 
 
