@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from hf_jacobi import JacobiForcingConfig, enable_jacobi
-from hf_jacobi.data.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
-from hf_jacobi.data.packing import (
+from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_mismatch, noise_level
+from hf_jacobi.decoding.masks import AttentionLayout
+from hf_jacobi.training.collator import (
     ANCHOR_TEXT,
     IGNORE_INDEX,
     NO_BLOCK,
@@ -20,9 +21,8 @@ from hf_jacobi.data.packing import (
     Segment,
     pack_trajectory,
 )
-from hf_jacobi.data.schedule import choose_states, target_noise
-from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_mismatch, noise_level
-from hf_jacobi.decoding.masks import AttentionLayout
+from hf_jacobi.training.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
+from hf_jacobi.training.schedule import choose_states, target_noise
 from tiny_models import EOS, FAMILIES, PAD, random_prompts, tiny_model
 
 PROMPT, NOISY, CLEAN, PAD_SEGMENT = Segment.PROMPT, Segment.NOISY, Segment.CLEAN, Segment.PADDING
@@ -387,7 +387,7 @@ def test_the_clean_view_of_an_anchor_text_gives_a_plain_forward_over_the_text():
 
 def test_flex_attention_block_mask_gives_the_same_logits():
     pytest.importorskip("torch.nn.attention.flex_attention")
-    from hf_jacobi.data.masks import noise_aware_block_mask
+    from hf_jacobi.training.masks import noise_aware_block_mask
 
     sdpa = tiny_model("qwen3")  # mixed full and sliding layers: a dict of masks
     flex = tiny_model("qwen3", attn_implementation="flex_attention")

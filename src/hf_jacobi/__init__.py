@@ -18,7 +18,7 @@ _EXPORTS = {
     "enable_jacobi": ".decoding.generate",
     "load_default_model": ".loading",
     "load_model": ".loading",
-    "JacobiForcingCollator": ".data.packing",
+    "JacobiForcingCollator": ".training.collator",
     "TrajectoryRecorder": ".data.trajectories",
     "TrajectoryDataError": ".data.trajectory_schema",
     "collect_trajectories": ".data.collection",
@@ -78,7 +78,6 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .data.collection import collect_trajectories, load_trajectories
     from .data.function_prompts import stdlib_prompts
     from .data.magpie import magpie_prompts
-    from .data.packing import JacobiForcingCollator
     from .data.prompts import encode_prompts, load_prompts
     from .data.trajectories import TrajectoryRecorder
     from .data.trajectory_schema import TrajectoryDataError
@@ -87,5 +86,6 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the real names
     from .decoding.outputs import JacobiDecoderOnlyOutput
     from .hub.push import publish_checkpoint
     from .loading import load_default_model, load_model
+    from .training.collator import JacobiForcingCollator
     from .training.config import JacobiForcingConfig
     from .training.trainer import JacobiForcingTrainer

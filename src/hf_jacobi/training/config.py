@@ -7,8 +7,8 @@ from typing import Any
 
 from trl import SFTConfig
 
-from ..data.schedule import NOISE_SCHEDULES
 from .losses import CONSISTENCY_NORMALIZATIONS
+from .schedule import NOISE_SCHEDULES
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from ..data.packing import ANCHOR_TEXT, TRAJECTORY_COLUMNS, JacobiForcingCollator
 from ..data.trajectory_schema import check_not_empty, check_trajectory_table
+from .collator import ANCHOR_TEXT, TRAJECTORY_COLUMNS, JacobiForcingCollator
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..data.packing import IGNORE_INDEX, NO_TEACHER
+from .collator import IGNORE_INDEX, NO_TEACHER
 
 CONSISTENCY_NORMALIZATIONS = ("blocks", "tokens")
 

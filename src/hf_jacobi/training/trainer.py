@@ -24,15 +24,15 @@ from transformers import AutoTokenizer, TrainerCallback
 from trl import SFTTrainer
 from trl.trainer.utils import get_config_model_id
 
-from ..data.masks import NoiseAwareMask
-from ..data.packing import NO_TEACHER, CleanView, JacobiForcingCollator, Segment
 from ..decoding.config import JacobiConfig
 from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
+from .collator import NO_TEACHER, CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, usable_trajectories, with_anchor_texts
 from .losses import LossItems, ar_loss, base_kl_loss, consistency_loss
+from .masks import NoiseAwareMask
 
 
 class JacobiForcingTrainer(SFTTrainer):

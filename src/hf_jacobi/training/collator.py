@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..data.trajectories import first_mismatch
 from ..decoding.drafts import stable_seed
 from .schedule import choose_states, target_noise
-from .trajectories import first_mismatch
+
+if TYPE_CHECKING:
+    from .config import JacobiForcingConfig
 
 IGNORE_INDEX = -100
 """`ar_targets` value of a token that predicts nothing (PyTorch's and transformers' ignore index)."""
@@ -137,19 +140,6 @@ TRAJECTORY_COLUMNS = ("prompt_id", "prompt_ids", "completion_ids", "block_size",
 """The columns of a trajectory row (see `collect_trajectories`) that the collator reads."""
 
 
-class CollatorSettings(Protocol):
-    """The settings `JacobiForcingCollator.from_config` reads: those of a `JacobiForcingConfig`, which has validated
-    them (data/ does not import training/, so the config is described rather than named)."""
-
-    noise_schedule: str
-    noise_window: int
-    max_length: int | None
-    prompt_ar_loss: bool
-    pad_to_multiple_of: int | None
-    seed: int
-    data_seed: int | None
-
-
 @dataclass
 class JacobiForcingCollator:
     """Turns trajectory rows (see `collect_trajectories`) into right-padded batches of packed sequences.
@@ -166,7 +156,7 @@ class JacobiForcingCollator:
     anchored (bool: where the KL anchor reads a prediction); each [B, L], with L a multiple of `pad_to_multiple_of`
     when it is set. There is no attention mask: how the noise-aware mask is expressed depends on the model (dtype,
     attention backend, sliding windows), so the trainer builds it from segment_ids and position_ids
-    (`data.masks.NoiseAwareMask`), as a model builds its own causal mask.
+    (`training.masks.NoiseAwareMask`), as a model builds its own causal mask.
     """
 
     pad_token_id: int
@@ -179,7 +169,7 @@ class JacobiForcingCollator:
     epoch: int = 0
 
     @classmethod
-    def from_config(cls, args: CollatorSettings, pad_token_id: int) -> JacobiForcingCollator:
+    def from_config(cls, args: JacobiForcingConfig, pad_token_id: int) -> JacobiForcingCollator:
         """The collator a run with these settings uses; `data_seed`, when set, seeds the noise instead of `seed`."""
         return cls(
             pad_token_id=pad_token_id,

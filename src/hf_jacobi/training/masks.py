@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..decoding.masks import FULL, SLIDING, AttentionLayout, layer_masks
-from .packing import Segment
+from .collator import Segment
 
 FULL_LAYOUT = AttentionLayout(kinds=(FULL,), sliding_window=None)
 

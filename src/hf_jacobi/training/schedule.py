@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .trajectories import noise_level
+from ..data.trajectories import noise_level
 
 NOISE_SCHEDULES = ("progressive", "random", "reverse")
 """Accepted schedule names; `JacobiForcingConfig` checks the name and the window, so the functions here trust them."""
