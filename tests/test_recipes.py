@@ -13,7 +13,9 @@ from accelerate.commands.config.config_args import ClusterConfig
 from trl import ModelConfig, TrlParser
 
 from hf_jacobi import JacobiForcingConfig
-from hf_jacobi.training.scripts import CollectArguments, EvaluateArguments, TrainScriptArguments
+from hf_jacobi.cli.collect import CollectArguments
+from hf_jacobi.cli.evaluate import EvaluateArguments
+from hf_jacobi.cli.train import TrainScriptArguments
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 STEPS = {
@@ -73,7 +75,7 @@ def test_accelerate_configs_load(name):
 
 def test_steps_default_to_the_embedded_model(monkeypatch):
     """Like `hf-jacobi generate`, collect / train / evaluate without --model_name_or_path use the embedded model."""
-    from hf_jacobi.training import scripts
+    from hf_jacobi.cli import recipe_args as scripts
 
     seen = {}
     monkeypatch.setattr(scripts, "load_model", lambda name, **kwargs: seen.setdefault("name", name))
@@ -94,7 +96,7 @@ def test_named_sources_in_recipes_exist():
 
 
 def test_resume_last_skips_a_checkpoint_killed_while_saving(tmp_path, caplog):
-    from hf_jacobi.training.scripts import resolve_checkpoint
+    from hf_jacobi.cli.train import resolve_checkpoint
 
     for step, complete in ((3, True), (6, True), (9, False)):
         folder = tmp_path / f"checkpoint-{step}"

@@ -290,7 +290,7 @@ def test_train_mixes_anchor_texts_from_a_file_into_its_rows(tmp_path, trajectori
     3 steps instead of 2), and the run logs the anchor; without the anchor on, with a count and no texts, or with an
     unknown source, it stops before the model loads."""
     from hf_jacobi.cli import main
-    from hf_jacobi.training import scripts
+    from hf_jacobi.cli import train as scripts
 
     tokenizer = tiny_tokenizer()
     fresh_tiny_model("llama").save_pretrained(tmp_path / "model")
@@ -372,7 +372,7 @@ def test_lora_trains_only_the_adapter_and_gradient_checkpointing_runs(tmp_path, 
 def test_a_second_round_keeps_training_the_round_one_adapter(tmp_path, trajectories):
     """`--init_adapter` loads the round-1 LoRA trainable (its weights, not a fresh adapter) and trains it further;
     an adapter of another rank or modules, or a run without use_peft, is refused by name."""
-    from hf_jacobi.training.scripts import TrainScriptArguments
+    from hf_jacobi.cli.train import TrainScriptArguments
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     first = JacobiForcingTrainer(
@@ -405,7 +405,7 @@ def test_a_second_round_keeps_training_the_round_one_adapter(tmp_path, trajector
 def test_train_refuses_an_adapter_it_cannot_continue_before_loading_the_model(tmp_path, trajectories, monkeypatch):
     """The CLI checks `--init_adapter` against the run's LoRA settings before the base model loads (seconds on a
     small model, minutes on a 7B one)."""
-    from hf_jacobi.training import scripts
+    from hf_jacobi.cli import train as scripts
 
     data = trajectory_folder(trajectories, tmp_path / "trajectories")
     adapter = tmp_path / "r1"

@@ -142,8 +142,8 @@ def test_the_trainer_refuses_an_empty_dataset_and_ignores_extra_columns():
 
 
 def test_training_on_named_prompts_keeps_their_trajectories_and_refuses_missing_ones(tmp_path):
+    from hf_jacobi.cli.train import TrainScriptArguments
     from hf_jacobi.data.collection import select_trajectories
-    from hf_jacobi.training.scripts import TrainScriptArguments
 
     rows = [{**ROWS[0], "prompt_id": f"stdlib/{i}"} for i in range(3)]
     folder = shard_folder(tmp_path, pa.Table.from_pylist(rows))
@@ -171,7 +171,7 @@ def test_training_on_named_prompts_keeps_their_trajectories_and_refuses_missing_
     ],
 )
 def test_train_arguments_refuse_counts_that_do_not_pair_with_sources(sources, counts, message):
-    from hf_jacobi.training.scripts import TrainScriptArguments
+    from hf_jacobi.cli.train import TrainScriptArguments
 
     with pytest.raises(ValueError, match=message):
         TrainScriptArguments(trajectory_prompts=sources, num_trajectory_prompts=counts)
@@ -181,7 +181,7 @@ def test_several_folders_train_as_one_dataset_selected_per_source(tmp_path):
     """One folder per prompt source (each collected and resumed on its own) trains as one dataset; each source's
     first N prompts are taken from wherever they are, and a prompt in two folders is refused by name."""
     from hf_jacobi import load_prompts
-    from hf_jacobi.training.scripts import TrainScriptArguments
+    from hf_jacobi.cli.train import TrainScriptArguments
 
     packages = list(load_prompts("packages", split="train", limit=3)["prompt_id"])
     magpie = list(load_prompts("magpie", split="train", limit=2)["prompt_id"])

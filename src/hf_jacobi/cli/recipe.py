@@ -2,6 +2,8 @@
 
 Their flags are parsed by TRL's parser (`--config recipe.yaml` plus any field of the step's dataclasses), not by
 argparse, so `main` hands them the raw arguments; they are registered here only so that `hf-jacobi --help` lists them.
+Each step's arguments and runner live in its own module (`collect`, `train`, `evaluate`; what they share in
+`recipe_args`), imported only when the step runs.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ STEPS = {
 def run_step(step: str, argv: list[str], debug: bool = False) -> int:
     """Runs one step on its own arguments; a setting it refuses is reported in one line with exit code 1 (with the
     traceback when `debug`)."""
-    from ..training import scripts  # trl, datasets and peft are imported only when a step runs
-
-    handler = {"collect": scripts.run_collect, "train": scripts.run_train, "evaluate": scripts.run_evaluate}[step]
+    # trl, datasets and peft are imported only when a step runs
+    if step == "collect":
+        from .collect import run_collect as handler
+    elif step == "train":
+        from .train import run_train as handler
+    else:
+        from .evaluate import run_evaluate as handler
     try:
         return handler(argv)
     except (ValueError, FileNotFoundError, ModelNotAvailableError) as error:

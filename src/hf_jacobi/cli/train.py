@@ -1,88 +1,28 @@
-"""The recipe steps behind `hf-jacobi collect`, `hf-jacobi train` and `hf-jacobi evaluate`.
+"""`hf-jacobi train`: Jacobi Forcing training of a model on collected trajectories, from a YAML recipe and/or flags.
 
-Each step reads its settings from a YAML recipe (`--config`) and/or command-line flags through TRL's parser, in the
-alignment-handbook way: recipes are data, one entry point per step, and every flag of `JacobiForcingConfig`,
-`SFTConfig`, `TrainingArguments` and TRL's `ModelConfig` (LoRA included) is accepted. All three run under
-`accelerate launch` as well as alone.
+Every flag of `JacobiForcingConfig`, `SFTConfig`, `TrainingArguments` and TRL's `ModelConfig` (LoRA included) is
+accepted besides `TrainScriptArguments`' own; the run resumes from a checkpoint, saves its final weights atomically
+and writes its model card.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-import torch
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from ..atomic import check_writable, staged_files, write_text
-from ..data.collection import collect_trajectories, load_trajectories, select_trajectories
-from ..data.prompts import PROMPT_SOURCES, encode_prompts, load_prompts
-from ..loading import EMBEDDED, apply_adapter, load_model, missing_adapter_files, process_state
-from .config import JacobiForcingConfig
-from .trainer import JacobiForcingTrainer
+from ..atomic import check_writable, staged_files
+from ..data.collection import load_trajectories, select_trajectories
+from ..data.prompts import encode_prompts, load_prompts
+from ..loading import missing_adapter_files
+from ..training.config import JacobiForcingConfig
+from ..training.trainer import JacobiForcingTrainer
+from .recipe_args import jacobi_variants, load_model_and_tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class PromptArguments:
-    """Which prompts a step runs on."""
-
-    prompts: str = field(
-        default="stdlib",
-        metadata={
-            "help": "A named prompt source (hf_jacobi.data.prompts.PROMPT_SOURCES: stdlib, packages, magpie, humaneval, "
-            "opencodeinstruct, openthoughts2), a hub dataset name or a local json/jsonl/parquet"
-        },
-    )
-    prompt_split: str = field(default="train", metadata={"help": "Split of a named source or a hub dataset."})
-    prompt_column: str | None = field(default=None, metadata={"help": "Column holding the prompt (default: guessed)."})
-    skip_prompts: int = field(default=0, metadata={"help": "Prompts to skip first (e.g. to hold some out)."})
-    num_prompts: int | None = field(default=None, metadata={"help": "Prompts to use after the skipped ones."})
-    chat_template: bool = field(default=True, metadata={"help": "Format prompts with the tokenizer's chat template."})
-
-    def load(self) -> datasets.Dataset:
-        if self.skip_prompts < 0:
-            raise ValueError(f"skip_prompts must be >= 0, got {self.skip_prompts}.")
-        if self.num_prompts is not None and self.num_prompts < 1:
-            raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}.")
-        limit = None if self.num_prompts is None else self.skip_prompts + self.num_prompts
-        prompts = load_prompts(self.prompts, split=self.prompt_split, limit=limit, column=self.prompt_column)
-        if self.skip_prompts >= len(prompts):
-            raise ValueError(f"skip_prompts={self.skip_prompts} leaves none of the {len(prompts)} prompts.")
-        return prompts.select(range(self.skip_prompts, len(prompts)))
-
-
-@dataclass
-class CollectArguments(PromptArguments):
-    output_dir: str = field(default="trajectories", metadata={"help": "Folder of the trajectory shards."})
-    block_size: int = field(default=16, metadata={"help": "Jacobi block size n of the recorded trajectories."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Tokens to generate per prompt."})
-    batch_size: int = field(default=1, metadata={"help": "Prompts decoded together per process."})
-    shard_size: int = field(
-        default=64,
-        metadata={
-            "help": "Rows per parquet file (layout only: every batch is on disk as soon as it finishes; the file being "
-            "filled is rewritten each batch, so very large shards cost more writes)."
-        },
-    )
-    max_prompt_tokens: int | None = field(default=None, metadata={"help": "Refuse prompts longer than this."})
-    draft_seed: int = field(default=0, metadata={"help": "Seed of the random initial drafts."})
-    adapter: str | None = field(
-        default=None,
-        metadata={
-            "help": "A LoRA adapter folder (as `hf-jacobi train` writes) merged into the model before collecting: "
-            "a second round collects the round-1 model's own trajectories"
-        },
-    )
-
-    def model_id(self, model_args: ModelConfig) -> str:
-        """What the trajectories come from, recorded in the folder so that a resumed collection cannot mix models."""
-        name = model_args.model_name_or_path or EMBEDDED
-        return name if self.adapter is None else f"{name} + {self.adapter}"
 
 
 def _lora_modules(config) -> set[str]:
@@ -225,57 +165,15 @@ class TrainScriptArguments:
         """The held-out speed callback these settings ask for, or None."""
         if self.heldout_prompts is None:
             return None
-        from .heldout import HeldOutSpeedCallback
+        from ..training.heldout import HeldOutSpeedCallback
 
         prompts = load_prompts(self.heldout_prompts, split=self.heldout_split, limit=self.heldout_num_prompts)
         return HeldOutSpeedCallback(
             encode_prompts(prompts, tokenizer),
-            _variants(self.heldout_settings, self.heldout_block_size),
+            jacobi_variants(self.heldout_settings, self.heldout_block_size),
             every_steps=self.heldout_every_steps,
             max_new_tokens=self.heldout_max_new_tokens,
         )
-
-
-@dataclass
-class EvaluateArguments(PromptArguments):
-    adapter: str | None = field(
-        default=None, metadata={"help": "A LoRA adapter folder to evaluate on top of the model."}
-    )
-    trained_model: str | None = field(default=None, metadata={"help": "A fully fine-tuned checkpoint to compare."})
-    block_size: int = field(default=16, metadata={"help": "Jacobi block size n of every measured setting."})
-    settings: list[str] = field(
-        default_factory=lambda: ["plain", "both"],
-        metadata={"help": "Jacobi variants to measure: plain, recycling, multi-block, both (as in hf-jacobi bench)."},
-    )
-    max_new_tokens: int = field(default=64, metadata={"help": "Tokens to generate per prompt."})
-    batch_size: int = field(default=8, metadata={"help": "Prompts decoded together (left-padded)."})
-    output_file: str | None = field(default=None, metadata={"help": "Write the results as JSON here."})
-    humaneval_nll: bool = field(
-        default=False,
-        metadata={"help": "Also score the NLL per token of HumanEval's 164 canonical solutions under each model."},
-    )
-
-
-def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode: bool = True):
-    """The model a recipe names (`embedded` or a local folder / hub id) with the dtype and attention it asks for;
-    without `--model_name_or_path`, the embedded model, as `hf-jacobi generate` does."""
-    return load_model(
-        model_args.model_name_or_path or EMBEDDED,
-        dtype=model_args.dtype or "float32",
-        device=device,
-        attn_implementation=model_args.attn_implementation or "sdpa",
-        eval_mode=eval_mode,
-    )
-
-
-def _variants(names: list[str], block_size: int) -> dict:
-    """name -> JacobiConfig of the benchmark's named variants (plain, recycling, multi-block, both)."""
-    from ..bench.common import VARIANTS, variant_config
-
-    unknown = sorted(set(names) - set(VARIANTS))
-    if unknown:
-        raise ValueError(f"settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
-    return {name: variant_config(name, block_size) for name in names}
 
 
 RESUME_LAST = ("true", "last")
@@ -300,44 +198,6 @@ def resolve_checkpoint(output_dir: str, value: str | bool | None) -> str | None:
         logger.warning("no complete checkpoint in %s: training starts from the beginning", output_dir)
         return None
     return str(complete[0])
-
-
-def run_collect(argv: list[str]) -> int:
-    parser = TrlParser((CollectArguments, ModelConfig))
-    args, model_args = parser.parse_args_and_config(args=argv)
-    source = PROMPT_SOURCES.get(args.prompts)
-    if source is not None and source.evaluation_only:
-        raise ValueError(
-            f"prompt source {args.prompts!r} is an evaluation set: collecting training trajectories from it would leak "
-            "it into the model; use a training source such as 'packages' or 'stdlib'"
-        )
-    check_writable(args.output_dir, folder=True, what="--output_dir")
-    prompts = args.load()  # a bad prompt source is reported before the model loads
-    state = process_state()
-    model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
-    if args.adapter is not None:
-        model = apply_adapter(model, args.adapter)
-    with torch.inference_mode():
-        output = collect_trajectories(
-            model,
-            tokenizer,
-            prompts,
-            args.output_dir,
-            block_size=args.block_size,
-            max_new_tokens=args.max_new_tokens,
-            batch_size=args.batch_size,
-            shard_size=args.shard_size,
-            chat=args.chat_template,
-            max_prompt_tokens=args.max_prompt_tokens,
-            draft_seed=args.draft_seed,
-            model_id=args.model_id(model_args),
-        )
-    if state.is_main_process:
-        collected = load_trajectories(output)
-        blocks = sum(len(s) for s in collected["states"])
-        states = sum(len(b) for s in collected["states"] for b in s)
-        print(f"{len(collected)} trajectories, {blocks} blocks, {states} states in {output}")
-    return 0
 
 
 def run_train(argv: list[str]) -> int:
@@ -392,43 +252,3 @@ def run_train(argv: list[str]) -> int:
     if training_args.push_to_hub:
         trainer.push_to_hub()
     return 0
-
-
-def run_evaluate(argv: list[str]) -> int:
-    """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
-    greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
-    from .evaluation import canonical_solution_nll, evaluate_model
-
-    parser = TrlParser((EvaluateArguments, ModelConfig))
-    args, model_args = parser.parse_args_and_config(args=argv)
-    settings = _variants(args.settings, args.block_size)
-    if args.output_file:
-        check_writable(args.output_file, folder=False, what="--output_file")
-    prompts = args.load()
-    model, tokenizer = load_model_and_tokenizer(model_args)
-    prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
-    measure = {"max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
-    base, base_answers = evaluate_model(model, prompt_ids, settings, **measure)
-    results = {"model": model_args.model_name_or_path, "prompts": args.prompts, "split": args.prompt_split}
-    results["base"] = base.to_dict()
-    if args.humaneval_nll:
-        results["base"]["humaneval_canonical_nll"] = canonical_solution_nll(model, tokenizer)
-    trained = None
-    if args.adapter:
-        trained = apply_adapter(model, args.adapter)
-    elif args.trained_model:
-        trained, _ = load_model_and_tokenizer(
-            ModelConfig(model_name_or_path=args.trained_model, dtype=model_args.dtype)
-        )
-    if trained is not None:
-        figures, _ = evaluate_model(trained, prompt_ids, settings, reference_answers=base_answers, **measure)
-        results["trained"] = figures.to_dict()
-        if args.humaneval_nll:
-            nll = canonical_solution_nll(trained, tokenizer)
-            results["trained"]["humaneval_canonical_nll"] = nll
-            results["trained"]["humaneval_canonical_nll_vs_base"] = nll / results["base"]["humaneval_canonical_nll"]
-    print(json.dumps(results, indent=2))
-    if args.output_file:
-        write_text(args.output_file, json.dumps({**results, "settings": asdict(args)}, indent=2))
-    ok = all(s["identical_to_greedy"] for k in ("base", "trained") if k in results for s in results[k]["settings"])
-    return 0 if ok else 1
