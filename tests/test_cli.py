@@ -24,7 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from hf_jacobi import cli
 from hf_jacobi.cli import common, generate
 from hf_jacobi.decoding.config import JacobiConfig
-from hf_jacobi.models import GGUF_PACKAGE
+from hf_jacobi.gguf_cache import GGUF_PACKAGE
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
 WORDS = ["hello", "world", *(f"w{i}" for i in range(100))]

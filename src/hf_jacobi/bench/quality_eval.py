@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..chat import encode_chat
 from ..data.prompts import encode_prompts, load_prompts
 from ..data.quality_sets import CodeTask, load_code_tasks
 from ..decoding.config import JacobiConfig
-from ..loading import encode_chat
 from ..training.evaluation import SettingFigures, answer_nll, greedy_answers, measure_setting
 from .quality import CODE_TASKS, AnswerQuality, answer_quality, passed_code_tasks
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 import torch
 from trl import ModelConfig, TrlParser
 
+from ..adapters import apply_adapter
 from ..atomic import check_writable
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES
-from ..loading import EMBEDDED, apply_adapter, process_state
+from ..loading import EMBEDDED, process_state
 from .recipe_args import PromptArguments, load_model_and_tokenizer
 
 

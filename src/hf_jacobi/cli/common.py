@@ -16,10 +16,11 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from ..atomic import OutputPathError, check_writable
 from ..bench.common import generated_tokens
+from ..chat import encode_chat
 from ..decoding.config import JacobiConfig
-from ..loading import DTYPES, EMBEDDED, encode_chat, eos_token_ids
+from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
+from ..loading import DTYPES, EMBEDDED, eos_token_ids
 from ..loading import load_model as _load_model
-from ..models import DEFAULT_MODEL_NAME, ModelNotAvailableError
 
 DEBUG_ENV = "HF_JACOBI_DEBUG"
 
@@ -135,7 +136,7 @@ def load_model(
     if jacobi_forcing and adapter is not None:
         raise CliError(f"--adapter {adapter} and --jacobi-forcing both name an adapter: keep one")
     if adapter is not None:
-        from ..loading import missing_adapter_files
+        from ..adapters import missing_adapter_files
 
         missing = missing_adapter_files(adapter)
         if missing:
@@ -152,14 +153,14 @@ def load_model(
 def with_adapter(loaded: LoadedModel, folder: Path, name: str) -> LoadedModel:
     """`loaded` with the PEFT adapter in `folder` merged in (its weights change in place; its generation config gains
     the adapter's Jacobi defaults), named `name` for the output."""
-    from ..loading import apply_adapter
+    from ..adapters import apply_adapter
 
     return LoadedModel(apply_adapter(loaded.model, folder), loaded.tokenizer, name)
 
 
 def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
     """The embedded model with the shipped Jacobi Forcing adapter merged in (still Jacobi-enabled)."""
-    from ..loading import JACOBI_FORCING_WEIGHTS
+    from ..adapters import JACOBI_FORCING_WEIGHTS
 
     return with_adapter(loaded, JACOBI_FORCING_WEIGHTS, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)")
 

@@ -64,7 +64,7 @@ def demo_settings(args: argparse.Namespace, loaded: LoadedModel) -> JacobiConfig
     `hf-jacobi demo` shows what `generate(decoding="jacobi")` does by default."""
     from transformers import GenerationConfig
 
-    from ..loading import JACOBI_FORCING_WEIGHTS
+    from ..adapters import JACOBI_FORCING_WEIGHTS
 
     if args.model is None:
         return jacobi_config(args, GenerationConfig.from_pretrained(JACOBI_FORCING_WEIGHTS))
@@ -75,7 +75,8 @@ def run_model(
     loaded: LoadedModel, label: str, prompts: list[tuple[str, list[dict[str, str]]]], settings: JacobiConfig, args
 ) -> ModelRun:
     """Greedy then Jacobi on each batch of prompts (alternating, so a slow spell of the machine hits both)."""
-    from ..loading import encode_chat, left_padded
+    from ..batching import left_padded
+    from ..chat import encode_chat
 
     model, tokenizer = loaded.model, loaded.tokenizer
     run = ModelRun(label)

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 
 from trl import ModelConfig, TrlParser
 
+from ..adapters import apply_adapter
 from ..atomic import check_writable, write_text
 from ..data.prompts import encode_prompts
-from ..loading import apply_adapter
 from .recipe_args import PromptArguments, jacobi_variants, load_model_and_tokenizer
 
 

@@ -16,8 +16,8 @@ from .common import CliError, non_negative_int, positive_int, writable_output
 
 
 def run_export_command(args: argparse.Namespace) -> int:
+    from ..adapters import JACOBI_FORCING_WEIGHTS, export_adapter
     from ..hub.export import base_generation_config
-    from ..loading import JACOBI_FORCING_WEIGHTS, export_adapter
 
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
     writable_output(target, "--output-dir", folder=True)

@@ -20,7 +20,7 @@ SHIPPED = "shipped"
 
 def _adapters(pairs: list[str]) -> list[tuple[str, Path]]:
     """LABEL=FOLDER pairs, `shipped` naming the adapter the package ships."""
-    from ..loading import JACOBI_FORCING_WEIGHTS
+    from ..adapters import JACOBI_FORCING_WEIGHTS
 
     adapters = []
     for pair in pairs:

@@ -8,7 +8,7 @@ Each step's arguments and runner live in its own module (`collect`, `train`, `ev
 
 from __future__ import annotations
 
-from ..models import ModelNotAvailableError
+from ..gguf_cache import ModelNotAvailableError
 from .common import report_error
 
 STEPS = {

@@ -14,10 +14,10 @@ from pathlib import Path
 import datasets
 from trl import ModelConfig, TrlParser, get_peft_config
 
+from ..adapters import missing_adapter_files
 from ..atomic import check_writable, staged_files
 from ..data.collection import load_trajectories, select_trajectories
 from ..data.prompts import encode_prompts, load_prompts
-from ..loading import missing_adapter_files
 from ..training.config import JacobiForcingConfig
 from ..training.trainer import JacobiForcingTrainer
 from .recipe_args import jacobi_variants, load_model_and_tokenizer

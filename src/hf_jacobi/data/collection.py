@@ -28,9 +28,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..atomic import write_text
+from ..batching import in_batches, left_padded
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
-from ..loading import eos_token_ids, in_batches, left_padded, process_state
+from ..loading import eos_token_ids, process_state
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,

@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from ..loading import encode_chat
+from ..chat import encode_chat
 from .function_prompts import package_prompt_set, rows_dataset, snapshot_split, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit

@@ -14,11 +14,12 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ..batching import in_batches, left_padded
 from ..bench.common import generated_tokens
 from ..bench.quality import distinct_ngrams
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
-from ..loading import eos_token_ids, in_batches, left_padded
+from ..loading import eos_token_ids
 
 
 @dataclass

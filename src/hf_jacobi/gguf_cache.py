@@ -14,9 +14,7 @@ model silently loaded from broken or stale weights.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -31,6 +29,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .atomic import OutputPathError, check_writable
+from .file_manifest import files_problem, read_manifest, sha256_file, write_manifest
 
 __all__ = [
     "CACHE_ENV_VAR",
@@ -63,7 +62,6 @@ CACHE_FORMAT_VERSION = 1
 """Bump when the layout or the conversion changes, so that caches written by older code are rebuilt."""
 
 _REQUIRED_FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json")
-_HASH_CHUNK = 1 << 24
 
 
 class ModelNotAvailableError(RuntimeError):
@@ -108,18 +106,10 @@ def find_gguf_file() -> Path:
     return gguf
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @functools.lru_cache(maxsize=8)
 def _gguf_sha256(path: str, size: int, mtime_ns: int) -> str:
     # Keyed on size and mtime so that a replaced file is re-hashed; repeated loads in one process hash it once.
-    return _sha256_file(Path(path))
+    return sha256_file(Path(path))
 
 
 def _source_identity(gguf: Path) -> dict[str, Any]:
@@ -144,66 +134,19 @@ def model_cache_problem(folder: str | os.PathLike[str], source: dict[str, Any] |
     the identity of the GGUF the cache must have been built from.
     """
     folder = Path(folder)
-    manifest_path = folder / MANIFEST_NAME
-    if not folder.is_dir():
-        return f"{folder} does not exist"
-    if not manifest_path.is_file():
-        return f"manifest {manifest_path} is missing (incomplete or foreign cache)"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"manifest {manifest_path} is unreadable: {exc}"
-    if not isinstance(manifest, dict):
-        return f"manifest {manifest_path} is not a JSON object"
+    manifest, problem = read_manifest(folder, MANIFEST_NAME)
+    if manifest is None:
+        return problem
     if manifest.get("format_version") != CACHE_FORMAT_VERSION:
         return f"cache format {manifest.get('format_version')!r} differs from the current {CACHE_FORMAT_VERSION}"
     if source is not None and manifest.get("source") != source:
         return f"cache was built from a different GGUF ({manifest.get('source')!r}, now {source!r})"
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        return "manifest lists no files"
-    missing_required = [name for name in _REQUIRED_FILES if name not in files]
-    if missing_required:
-        return f"manifest does not list {missing_required}"
-    for name, entry in files.items():
-        rel = Path(name)
-        if rel.is_absolute() or ".." in rel.parts:
-            return f"manifest lists an unsafe path {name!r}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or not entry.get("sha256"):
-            return f"manifest entry for {name!r} is malformed"
-        path = folder / rel
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return f"{path} is missing"
-        if size != entry["size"]:
-            return f"{path} has {size} bytes, expected {entry['size']}"
-        try:
-            digest = _sha256_file(path)
-        except OSError as exc:
-            return f"{path} is unreadable: {exc}"
-        if digest != entry["sha256"]:
-            return f"{path} has sha256 {digest}, expected {entry['sha256']}"
-    return None
+    return files_problem(folder, manifest, _REQUIRED_FILES)
 
 
 def _write_manifest(folder: Path, source: dict[str, Any]) -> None:
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = path.relative_to(folder).as_posix()
-        files[rel] = {"size": path.stat().st_size, "sha256": _sha256_file(path)}
-    manifest = {
-        "format_version": CACHE_FORMAT_VERSION,
-        "model": DEFAULT_MODEL_NAME,
-        "source": source,
-        "files": files,
-    }
-    # Written last and flushed: its presence is what marks the folder as complete.
-    with (folder / MANIFEST_NAME).open("w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    header = {"format_version": CACHE_FORMAT_VERSION, "model": DEFAULT_MODEL_NAME, "source": source}
+    write_manifest(folder, MANIFEST_NAME, header)
 
 
 def _unique_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:

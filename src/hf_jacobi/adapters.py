@@ -1,0 +1,86 @@
+"""LoRA adapters on a loaded model: the Jacobi Forcing adapter shipped for the embedded model, merging an adapter in
+(with its Jacobi defaults), and exporting a trained one as package data within a size limit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
+
+JACOBI_FORCING_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-jacobi-forcing"
+"""The Jacobi Forcing adapter for the embedded model, shipped as package data (model card beside it)."""
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def missing_adapter_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The files of a PEFT adapter folder (as `hf-jacobi train` writes with use_peft) that `folder` lacks."""
+    return [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
+
+
+MAX_SHIPPED_BYTES = 25 * 1024**2
+
+
+def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
+    """The model with a PEFT adapter merged in (plain weights again, so decoding pays nothing for it), carrying the
+    adapter folder's Jacobi settings from its generation_config.json when it has one.
+
+    The settings are what `generate(decoding="jacobi")` uses; plain `generate()` stays greedy, so that every greedy
+    reference the commands compare against (`--compare`, the demo, the bench's AR baselines) is really greedy."""
+    folder = Path(folder)
+    missing = missing_adapter_files(folder)
+    if missing:
+        raise ModelNotAvailableError(
+            f"no Jacobi Forcing adapter in {folder} (missing {missing}); expected a PEFT adapter folder as "
+            "`hf-jacobi train` writes with use_peft (for the shipped one: reinstall hf-jacobi)"
+        )
+    from peft import PeftModel
+    from transformers import GenerationConfig
+
+    from .decoding.config import JacobiConfig
+
+    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    merged.eval()
+    if (folder / "generation_config.json").is_file():
+        JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(folder)).write_to(
+            merged.generation_config, decoding="greedy"
+        )
+    return merged
+
+
+def export_adapter(
+    adapter: str | os.PathLike[str], target: str | os.PathLike[str], jacobi: Any, base_model: str = DEFAULT_MODEL_NAME
+) -> Path:
+    """Copies a trained adapter's weights and config into `target` (e.g. JACOBI_FORCING_WEIGHTS) with `jacobi` (a
+    JacobiConfig) as its generation defaults, refusing anything over MAX_SHIPPED_BYTES: package data must stay small.
+    The config names `base_model` (the hub id) instead of the training machine's local cache path."""
+    import json
+    import shutil
+
+    from transformers import GenerationConfig
+
+    from .atomic import atomic_folder
+
+    adapter = Path(adapter)
+    missing = missing_adapter_files(adapter)
+    if missing:
+        raise ValueError(f"{adapter} is not a PEFT adapter folder (missing {missing})")
+    size = sum((adapter / name).stat().st_size for name in ADAPTER_FILES)
+    if size > MAX_SHIPPED_BYTES:
+        raise ValueError(f"the adapter in {adapter} is {size / 2**20:.1f} MiB, over the {MAX_SHIPPED_BYTES >> 20} MiB "
+                         "allowed as package data; train a lower LoRA rank")  # fmt: skip
+    target = Path(target)
+    if target.is_dir():  # a new export replaces the old one (a developer step: the old one is in git)
+        shutil.rmtree(target)
+    with atomic_folder(target) as staging:
+        shutil.copyfile(adapter / "adapter_model.safetensors", staging / "adapter_model.safetensors")
+        config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+        config["base_model_name_or_path"] = base_model
+        # PEFT keeps target_modules as a set and writes it in hash order, which changes per process: sorted, a
+        # reproduced export's config is byte-identical to the shipped one
+        if isinstance(config.get("target_modules"), list):
+            config["target_modules"] = sorted(config["target_modules"])
+        (staging / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        jacobi.write_to(GenerationConfig()).save_pretrained(staging)
+    return target
