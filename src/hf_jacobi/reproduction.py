@@ -6,38 +6,22 @@ its own from the committed input and checked here against the committed output: 
 training logs step by step, adapters tensor by tensor, evaluation reports figure by figure. A stage that reproduces,
 fed by inputs that reproduce, makes the chain reproduce without running it in one go.
 
-What counts as equal: token ids, forward counts and other integers exactly; floats within a relative tolerance,
-because CPU kernels may sum in another order on another machine (the round 1-2 re-run differed by 1e-5 in weights and
-not at all in tokens). Wall-clock figures (runtimes, tokens per second) and paths are not compared: they say where
-and how fast a run went, not what it computed.
+What counts as equal is `figure_diff`'s rule: integers exactly, floats within a relative tolerance, wall-clock
+figures and paths not compared.
 """
 
 from __future__ import annotations
 
 import collections
-import json
-import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .data.shards import SETTINGS_FILE as COLLECTION_SETTINGS
+from .figure_diff import count_figures, differences, read_json
 from .training.study import STATE_FILE as TRAINER_STATE
 from .training.study import state_file
-
-IGNORED_KEYS = frozenset({"adapter", "output_file", "output_dir", "trained_model", "init_adapter", "model"})
-"""Keys whose values are paths or names of where a run read or wrote, which a re-run chooses freely. (`model` names
-the model in an evaluation report; a training log has no such key.)"""
-
-RESUME_COUNTERS = frozenset({"num_tokens", "train_loss"})
-"""Figures a process keeps for itself and starts again when a run resumes (TRL's `num_tokens`, the Trainer's final
-`train_loss`, a mean over the steps that process ran); `num_input_tokens_seen` and every step's loss are saved in
-checkpoints and still compared."""
-
-TIMING_MARKERS = ("runtime", "per_second", "seconds", "wall", "elapsed")
-"""A key holding one of these is a clock reading, not a computed figure."""
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PROMPT_FILE_SUFFIXES = (".parquet", ".jsonl")
@@ -252,7 +236,7 @@ def compare_adapters(
             result.differ(f"{config} is in one folder only")
             continue
         result.checked += 1
-        for line in _differences(_read_json(reproduced / config), _read_json(reference / config), 0.0, config):
+        for line in differences(read_json(reproduced / config), read_json(reference / config), 0.0, config):
             result.differ(line)
     return result
 
@@ -272,7 +256,7 @@ def compare_training_logs(
             result.differ(f"step {step} is not in the reference's log")
             continue
         result.checked += 1
-        for line in _differences(new[step], old[step], rtol, f"step {step}", shared_keys_only=True):
+        for line in differences(new[step], old[step], rtol, f"step {step}", shared_keys_only=True):
             result.differ(line)
     last = max(new, default=0)
     result.notes.append(
@@ -286,10 +270,10 @@ def compare_evaluations(
 ) -> Comparison:
     """Every figure of two evaluation reports (`hf-jacobi evaluate`'s JSON): counts exactly, floats within rtol."""
     result = Comparison("evaluation", str(reproduced), str(reference))
-    new, old = _read_json(Path(reproduced)), _read_json(Path(reference))
-    result.checked = _count_leaves(old)
+    new, old = read_json(Path(reproduced)), read_json(Path(reference))
+    result.checked = count_figures(old)
     extra: list[str] = []
-    for line in _differences(new, old, rtol, Path(reference).name, extra=extra):
+    for line in differences(new, old, rtol, Path(reference).name, extra=extra):
         result.differ(line)
     if extra:
         result.notes.append(f"recorded by the re-run only (not compared): {', '.join(extra)}")
@@ -298,14 +282,7 @@ def compare_evaluations(
 
 def _settings(folder: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(folder) / COLLECTION_SETTINGS
-    return _read_json(path) if path.is_file() else {}
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from error
+    return read_json(path) if path.is_file() else {}
 
 
 def _log_by_step(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
@@ -313,72 +290,10 @@ def _log_by_step(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         path = state_file(path)
-    state = _read_json(path)
+    state = read_json(path)
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         raise ValueError(f"{path} has no log_history: expected a {TRAINER_STATE} written by a training run")
     merged: dict[int, dict[str, Any]] = {}
     for entry in state["log_history"]:
         merged.setdefault(int(entry.get("step", 0)), {}).update(entry)
     return merged
-
-
-def _ignored(key: str) -> bool:
-    return key in IGNORED_KEYS or key in RESUME_COUNTERS or any(marker in key for marker in TIMING_MARKERS)
-
-
-def _count_leaves(value: Any) -> int:
-    """The figures of a report that `_differences` compares (paths and clock readings aside)."""
-    if isinstance(value, dict):
-        return sum(_count_leaves(item) for key, item in value.items() if not _ignored(str(key)))
-    if isinstance(value, list):
-        return sum(_count_leaves(item) for item in value)
-    return 1
-
-
-def _differences(
-    new: Any, old: Any, rtol: float, where: str, *, shared_keys_only: bool = False, extra: list[str] | None = None
-) -> Iterator[str]:
-    """Lines naming each leaf that differs; a float within `rtol` (relative) of the other is equal.
-
-    `shared_keys_only` compares only the keys both hold: a training log's reference may come from a checkpoint,
-    saved before the run logged its summary, and a re-run stopped early never logs one. With `extra`, a key only the
-    re-run holds (a field a later version of the package records) is listed there instead of counted as a difference.
-    """
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(old.keys() | new.keys(), key=str):
-            if _ignored(str(key)):
-                continue
-            if key in old and key in new:
-                yield from _differences(
-                    new[key], old[key], rtol, f"{where}.{key}", shared_keys_only=shared_keys_only, extra=extra
-                )
-            elif shared_keys_only:
-                continue
-            elif key in old:
-                yield f"{where}.{key}: missing from the re-run"
-            elif extra is not None:
-                extra.append(f"{where}.{key}")
-            else:
-                yield f"{where}.{key}: not in the reference"
-    elif isinstance(old, list) and isinstance(new, list):
-        if len(old) != len(new):
-            yield f"{where}: {len(new)} items against {len(old)}"
-        for index, (a, b) in enumerate(zip(new, old, strict=False)):
-            yield from _differences(a, b, rtol, f"{where}[{index}]", shared_keys_only=shared_keys_only, extra=extra)
-    elif not _close(new, old, rtol):
-        yield f"{where}: {new!r} against {old!r}"
-
-
-def _close(new: Any, old: Any, rtol: float) -> bool:
-    if (
-        isinstance(new, bool)
-        or isinstance(old, bool)
-        or not isinstance(new, (int, float))
-        or not isinstance(old, (int, float))
-    ):
-        return new == old
-    if isinstance(new, int) and isinstance(old, int):
-        return new == old
-    if math.isnan(new) or math.isnan(old):
-        return math.isnan(new) and math.isnan(old)
-    return math.isclose(new, old, rel_tol=rtol, abs_tol=0.0)

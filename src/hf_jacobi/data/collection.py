@@ -75,48 +75,14 @@ def collect_trajectories(
     the base plus the adapter a second round collects from) are refused with the values that differ, so states of two
     models never mix in one folder.
     """
-    for name, value, least in (
-        ("block_size", block_size, 2),
-        ("max_new_tokens", max_new_tokens, 1),
-        ("batch_size", batch_size, 1),
-        ("shard_size", shard_size, 1),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
-    if max_new_tokens < block_size:
-        raise ValueError(
-            f"max_new_tokens ({max_new_tokens}) must be at least block_size ({block_size}): only complete blocks are kept."
-        )
-    missing = {"prompt_id", "messages"} - set(prompts.column_names)
-    if missing:
-        raise ValueError(
-            f"the prompt dataset lacks the columns {sorted(missing)} (it has {prompts.column_names}); "
-            "build it with hf_jacobi.load_prompts."
-        )
-    repeated = [i for i, n in collections.Counter(prompts["prompt_id"]).items() if n > 1]
-    if repeated:
-        raise ValueError(
-            f"prompt ids must be unique (a trajectory is stored and resumed by its prompt id); repeated: {repeated[:5]}."
-        )
-
+    _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size)
     state = process_state()
     output = Path(output_dir)
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
     if model_id is not None:
         settings["model"] = model_id
-    if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them
-        _check_or_write_settings(output, settings)
-        repair(output)
-    state.wait_for_everyone()
-    if not state.is_main_process:
-        _check_or_write_settings(output, settings)
-
-    done = _collected_ids(output)
-    share = [i for i in range(len(prompts)) if i % state.num_processes == state.process_index]
-    pending = [i for i in share if prompts[i]["prompt_id"] not in done]
-    logger.info(
-        "process %d: %d prompts, %d already collected", state.process_index, len(share), len(share) - len(pending)
-    )
+    _open_folder(output, settings, state)
+    pending = _pending_prompts(prompts, output, state)
 
     model = enable_jacobi(model)
     pad_id = model.generation_config.pad_token_id
@@ -141,6 +107,57 @@ def collect_trajectories(
     bar.close()
     state.wait_for_everyone()
     return output
+
+
+def _check_arguments(
+    prompts: datasets.Dataset, block_size: int, max_new_tokens: int, batch_size: int, shard_size: int
+) -> None:
+    """Refuses sizes a collection cannot run with and a prompt set it cannot store and resume by prompt id."""
+    for name, value, least in (
+        ("block_size", block_size, 2),
+        ("max_new_tokens", max_new_tokens, 1),
+        ("batch_size", batch_size, 1),
+        ("shard_size", shard_size, 1),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
+    if max_new_tokens < block_size:
+        raise ValueError(
+            f"max_new_tokens ({max_new_tokens}) must be at least block_size ({block_size}): only complete blocks are kept."
+        )
+    missing = {"prompt_id", "messages"} - set(prompts.column_names)
+    if missing:
+        raise ValueError(
+            f"the prompt dataset lacks the columns {sorted(missing)} (it has {prompts.column_names}); "
+            "build it with hf_jacobi.load_prompts."
+        )
+    repeated = [i for i, n in collections.Counter(prompts["prompt_id"]).items() if n > 1]
+    if repeated:
+        raise ValueError(
+            f"prompt ids must be unique (a trajectory is stored and resumed by its prompt id); repeated: {repeated[:5]}."
+        )
+
+
+def _open_folder(output: Path, settings: dict[str, Any], state) -> None:
+    """Makes `output` ready to write into with `settings`, on every process: its recorded settings match (written on
+    the first run), and whatever a killed run left behind is repaired."""
+    if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them
+        _check_or_write_settings(output, settings)
+        repair(output)
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        _check_or_write_settings(output, settings)
+
+
+def _pending_prompts(prompts: datasets.Dataset, output: Path, state) -> list[int]:
+    """The indices of this process's share of `prompts` (every num_processes-th) that `output` does not hold yet."""
+    done = _collected_ids(output)
+    share = [i for i in range(len(prompts)) if i % state.num_processes == state.process_index]
+    pending = [i for i in share if prompts[i]["prompt_id"] not in done]
+    logger.info(
+        "process %d: %d prompts, %d already collected", state.process_index, len(share), len(share) - len(pending)
+    )
+    return pending
 
 
 def load_trajectories(
