@@ -13,15 +13,16 @@ from tiny_models import random_prompts, tiny_model
 
 @pytest.fixture
 def forward_widths():
-    """Records the width of every forward of the tiny Llama (prefill included), and refuses any wider than 1,000
-    columns before computing it, so that a missing cap fails the test instead of exhausting memory."""
+    """Records the width of every forward of the tiny Llama (prefill included), and refuses any wider than 2,000
+    columns before computing it, so that a missing cap (100,000 columns) fails the test instead of exhausting memory.
+    The static path pads every forward to the widest the setting allows: 1,156 columns for the huge pool."""
     model = enable_jacobi(tiny_model("llama"))
     widths: list[int] = []
 
     def record(module, args, kwargs):
         width = kwargs["input_ids"].shape[1]
         widths.append(width)
-        if width > 1000:
+        if width > 2000:
             raise AssertionError(f"a forward of {width} columns")
 
     handle = model.register_forward_pre_hook(record, with_kwargs=True)
@@ -39,17 +40,23 @@ def forward_widths():
     ids=["block", "blocks", "pool"],
 )
 @pytest.mark.parametrize("budget", [{"max_new_tokens": 8}, {"max_length": 18}])
-def test_huge_settings_cost_nothing_beyond_the_budget(forward_widths, settings, budget):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_huge_settings_cost_nothing_beyond_the_budget(forward_widths, settings, budget, cache):
     model, widths = forward_widths
     ids, mask = random_prompts(3, 10, seed=1)
     greedy = model.generate(ids, attention_mask=mask, do_sample=False, **budget)
     widths.clear()
-    jacobi = model.generate(ids, attention_mask=mask, do_sample=False, decoding="jacobi", **settings, **budget)
+    jacobi = model.generate(
+        ids, attention_mask=mask, do_sample=False, decoding="jacobi", cache_implementation=cache, **settings, **budget
+    )
     assert torch.equal(jacobi, greedy)
     config = JacobiConfig.from_generation_config(**{k.removeprefix("jacobi_"): v for k, v in settings.items()})
-    # no forward is wider than the bound the memory check assumes, itself bounded by the budget of 8 tokens
+    # no forward is wider than the bound the memory check assumes, itself bounded by the budget of 8 tokens; the
+    # static path pads every forward to that bound
     bound = sum(checks.widest_forward(config, prompt_len=10, capacity=8))
     assert max(widths[1:]) <= bound
+    if cache == "static":
+        assert set(widths[1:]) == {bound}
     if "jacobi_ngram_pool_size" not in settings:
         assert bound == 8
 

@@ -1,5 +1,6 @@
 """Property test: over random tiny models, prompts, batch sizes, left padding, block sizes (huge ones included), blocks
-in flight, recycling pools, budgets, EOS placements and stop strings, Jacobi equals greedy.
+in flight, recycling pools, budgets, EOS placements, stop strings and caches (dynamic, static, static with a compiled
+verify forward), Jacobi equals greedy.
 
 `make test` runs a fresh random sample of a few dozen cases; `make fuzz` runs the same property over
 HF_JACOBI_FUZZ_EXAMPLES cases (1000 by default).
@@ -14,6 +15,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers import CompileConfig
 
 from hf_jacobi import enable_jacobi
 from tiny_models import FAMILIES, random_prompts, tiny_model, tiny_tokenizer
@@ -28,8 +30,13 @@ FIRST_WORD = 3
 FUZZ_EXAMPLES = int(os.environ.get("HF_JACOBI_FUZZ_EXAMPLES", "1000"))
 
 
+CACHES = ["dynamic"] * 5 + ["static"] * 4 + ["compiled"]
+"""The caches `make fuzz` draws from: the compiled path compiles every new shape (dynamo with the eager backend, the
+same graph inductor would get, built faster), so it is drawn less often; `make test` checks it on a few cases apart."""
+
+
 @st.composite
-def decoding_cases(draw):
+def decoding_cases(draw, caches=tuple(CACHES)):
     return {
         "family": draw(st.sampled_from(FAMILY_NAMES)),
         "model_seed": draw(st.integers(0, 3)),
@@ -51,6 +58,7 @@ def decoding_cases(draw):
         "verify_size": draw(st.sampled_from([None, None, 1, 3])),
         "ngram_size": draw(st.sampled_from([None, 1, 2, 5])),
         "key_size": draw(st.integers(1, 3)),
+        "cache": draw(st.sampled_from(caches)),
     }
 
 
@@ -74,6 +82,12 @@ def _jacobi_settings(case) -> dict:
     if case["pool_size"]:
         settings["jacobi_ngram_size"] = case["ngram_size"]
         settings["jacobi_verify_size"] = case["verify_size"]
+    if case["cache"] != "dynamic":
+        settings["cache_implementation"] = "static"
+    if case["cache"] == "compiled":
+        compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
+        compile_config._compile_all_devices = True
+        settings["compile_config"] = compile_config
     return settings
 
 
@@ -119,7 +133,11 @@ def _check(case) -> None:
         free = model.generate(ids, **kwargs)
         kwargs.update(_stops(case, free[:, prompt_len:]))
     greedy = model.generate(ids, **kwargs)
-    jacobi = model.generate(ids, decoding="jacobi", **_jacobi_settings(case), **kwargs)
+    try:
+        jacobi = model.generate(ids, decoding="jacobi", **_jacobi_settings(case), **kwargs)
+    finally:
+        if case["cache"] == "compiled":  # every example has new shapes: start each from a clean compile cache
+            torch._dynamo.reset()
     assert torch.equal(greedy, jacobi), case
 
 
@@ -132,7 +150,14 @@ def test_jacobi_equals_greedy_property(case):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=decoding_cases())
+@given(case=decoding_cases(caches=("dynamic", "static")))
 def test_jacobi_equals_greedy_property_quick(case):
     """A smaller random sample on every run (not derandomized), to keep looking for new counterexamples."""
+    _check(case)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=decoding_cases(caches=("compiled",)))
+def test_compiled_jacobi_equals_greedy_property_quick(case):
+    """The compiled static path on a few random cases of every run (each compiles its own shapes)."""
     _check(case)

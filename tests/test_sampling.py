@@ -107,6 +107,13 @@ SETTINGS = {
     "plain": {"jacobi_block_size": 4},
     "recycling": {"jacobi_block_size": 3, "jacobi_ngram_pool_size": 4, "jacobi_ngram_size": 3},
     "multi_block": {"jacobi_block_size": 2, "jacobi_num_blocks": 3, "jacobi_spawn_ratio": 0.5},
+    # the static cache: fixed-width forwards, finished rows kept as padding
+    "static_recycling": {
+        "jacobi_block_size": 3,
+        "jacobi_ngram_pool_size": 4,
+        "jacobi_ngram_size": 3,
+        "cache_implementation": "static",
+    },
 }
 
 

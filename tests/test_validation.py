@@ -58,7 +58,7 @@ def test_unknown_jacobi_setting(model, prompt):
     [
         ({"num_beams": 2}, "num_beams must be 1, got 2"),
         ({"do_sample": True, "num_beams": 2}, "num_beams must be 1, got 2"),
-        ({"cache_implementation": "static"}, "cache_implementation='static'"),
+        ({"cache_implementation": "offloaded_static"}, "cache_implementation='offloaded_static'"),
         ({"output_scores": True, "return_dict_in_generate": True}, "output_scores must be False"),
         ({"output_hidden_states": True, "return_dict_in_generate": True}, "output_hidden_states must be False"),
         ({"use_cache": False}, "use_cache must be True"),
@@ -127,6 +127,8 @@ def test_config_is_a_frozen_validated_dataclass():
         "jacobi_ngram_size",
         "jacobi_ngram_key_size",
         "jacobi_draft_seed",
+        "jacobi_cache_implementation",
+        "jacobi_compile",
     )
     with pytest.raises(ValueError, match="jacobi_draft_seed must be an integer"):
         JacobiConfig(draft_seed="x")

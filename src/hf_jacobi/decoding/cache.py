@@ -39,6 +39,9 @@ class KVSlots:
         positions: LongTensor [B, S]; the position id each slot was computed with (meaningless where invalid).
     """
 
+    step_width: int | None = None
+    """Columns of every forward: None lets each forward take the width its widest row needs."""
+
     def __init__(self, valid: torch.Tensor, positions: torch.Tensor, layout: AttentionLayout) -> None:
         self.valid = valid
         self.positions = positions
@@ -105,11 +108,14 @@ class KVSlots:
         counts = torch.tensor(keep, dtype=torch.long, device=device)
         self.commit(cache, torch.arange(width, device=device)[None, :] < counts[:, None], query_positions)
 
-    def select_rows(self, cache: DynamicCache, rows: torch.Tensor) -> None:
-        """Keeps only `rows` (local indices) in both the cache and the bookkeeping."""
+    def select_rows(self, cache: DynamicCache, running: list, keep: list[int]) -> list:
+        """Keeps only the rows `keep` (indices into `running`, the rows in cache order) in both the cache and the
+        bookkeeping; returns the rows still in the cache, in cache order."""
+        rows = torch.tensor(keep, device=self.valid.device)
         cache.batch_select_indices(rows)
         self.valid = self.valid[rows]
         self.positions = self.positions[rows]
+        return [running[i] for i in keep]
 
     def holes(self) -> int:
         """Slots that compaction would free: those beyond the fullest row's count of valid slots."""

@@ -11,10 +11,10 @@ import os
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, StaticCache
+from transformers import GenerationConfig
 
 from .cache import CACHE_ARGUMENTS
-from .config import JacobiConfig
+from .config import CACHE_IMPLEMENTATIONS, JacobiConfig
 from .masks import SLIDING, AttentionLayout
 
 GIB = 1024**3
@@ -22,8 +22,12 @@ GIB = 1024**3
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
-def check_generation_config(model, generation_config: GenerationConfig, model_kwargs: dict[str, Any]) -> None:
-    """Rejects settings that Jacobi decoding cannot honour losslessly, naming the value and what is accepted."""
+def check_generation_config(
+    model, generation_config: GenerationConfig, model_kwargs: dict[str, Any], config: JacobiConfig
+) -> None:
+    """Rejects settings that Jacobi decoding cannot honour losslessly, naming the value and what is accepted.
+
+    `config` is the call's resolved Jacobi configuration (its cache implementation included)."""
     if model.config.is_encoder_decoder:
         raise ValueError("decoding='jacobi' supports decoder-only models; this model is an encoder-decoder.")
     attn = getattr(model.config, "_attn_implementation", None) or "eager"
@@ -50,13 +54,19 @@ def check_generation_config(model, generation_config: GenerationConfig, model_kw
         if getattr(generation_config, flag, False):
             raise ValueError(f"decoding='jacobi' does not return per-step tensors: {flag} must be False.")
     cache = next((model_kwargs[name] for name in CACHE_ARGUMENTS if model_kwargs.get(name) is not None), None)
-    if generation_config.cache_implementation not in (None, "dynamic") or isinstance(cache, StaticCache):
+    if generation_config.cache_implementation not in (None, *CACHE_IMPLEMENTATIONS):
         raise ValueError(
-            "decoding='jacobi' needs a dynamic cache that can roll back rejected drafts; got "
-            f"cache_implementation={generation_config.cache_implementation!r}. Accepted: None or 'dynamic'."
+            "decoding='jacobi' runs on a cache it can roll back rejected drafts in, a dynamic or its own static one; "
+            f"got cache_implementation={generation_config.cache_implementation!r}. Accepted: None, "
+            f"{', '.join(repr(name) for name in CACHE_IMPLEMENTATIONS)}."
         )
     if cache is not None and getattr(cache, "_is_user_defined", False):
         raise ValueError("decoding='jacobi' builds its own cache: do not pass `cache` (or `past_key_values`).")
+    if config.cache_implementation != "static" and getattr(generation_config, "compile_config", None) is not None:
+        raise ValueError(
+            "decoding='jacobi' compiles only the static cache's verify forward: compile_config needs "
+            "cache_implementation='static'."
+        )
 
 
 def widest_forward(config: JacobiConfig, prompt_len: int, capacity: int) -> tuple[int, int]:

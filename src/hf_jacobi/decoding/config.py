@@ -18,6 +18,15 @@ DECODING_MODES = ("greedy", "jacobi")
 
 JACOBI_PREFIX = "jacobi_"
 
+CACHE_IMPLEMENTATIONS = ("dynamic", "static")
+"""Caches the Jacobi loop runs on: "dynamic" grows and crops a `DynamicCache`; "static" preallocates a fixed-size cache
+and verifies every step with the same forward shape, so that the forward can be compiled (a CUDA graph on a GPU)."""
+
+COMPILE_MODES = ("auto", "always", "never")
+"""When the static path compiles its verify forward: "auto" follows transformers' generate (on an accelerator, or
+where `compile_config` asks for every device, unless `disable_compile`); "always" compiles on any device, the CPU
+included; "never" keeps it eager."""
+
 
 @dataclass(frozen=True)
 class JacobiConfig:
@@ -44,6 +53,12 @@ class JacobiConfig:
             when the longest finds fewer than `verify_size` candidates.
         draft_seed: Seed of the generator that draws the initial draft tokens from the prompt. Fixed by default so that
             two identical calls spend the same number of forwards; it never changes the output.
+        cache_implementation: "dynamic" (a cache that grows and is cropped) or "static" (preallocated, every verify
+            forward of a call the same width, so it can be compiled). A call's or a generation config's own
+            `cache_implementation` counts as this setting where this one is not set beside it.
+        compile: When the static path compiles its verify forward: "auto" (as transformers' generate decides: on an
+            accelerator, or where `compile_config` asks for every device), "always" (any device, the CPU included)
+            or "never". Only the static cache can be compiled.
     """
 
     block_size: int = 16
@@ -54,6 +69,8 @@ class JacobiConfig:
     ngram_size: int | None = None
     ngram_key_size: int = 2
     draft_seed: int = 0
+    cache_implementation: str = "dynamic"
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
         _check_int("block_size", self.block_size, minimum=1)
@@ -74,6 +91,18 @@ class JacobiConfig:
         _check_int("ngram_key_size", self.ngram_key_size, minimum=1)
         if isinstance(self.draft_seed, bool) or not isinstance(self.draft_seed, int):
             raise ValueError(f"jacobi_draft_seed must be an integer, got {self.draft_seed!r}.")
+        if self.cache_implementation not in CACHE_IMPLEMENTATIONS:
+            raise ValueError(
+                f"jacobi_cache_implementation must be one of {list(CACHE_IMPLEMENTATIONS)}, "
+                f"got {self.cache_implementation!r}."
+            )
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"jacobi_compile must be one of {list(COMPILE_MODES)}, got {self.compile!r}.")
+        if self.compile == "always" and self.cache_implementation != "static":
+            raise ValueError(
+                "jacobi_compile='always' compiles the static path's verify forward: it needs "
+                f"jacobi_cache_implementation='static' (or cache_implementation='static'), got {self.cache_implementation!r}."
+            )
 
     @property
     def candidates_per_step(self) -> int:
@@ -112,19 +141,32 @@ class JacobiConfig:
         """The settings the generation configs carry (later ones win; defaults for what none sets), then `overrides`
         (None values ignored). Validated once, on the merged values.
 
-        This is how a checkpoint's generation_config.json, written by `write_to`, becomes the defaults of a call. A
-        verify size that belongs to an earlier layer's pool is dropped when a later layer turns the pool off: a
-        checkpoint tuned to recycling must still decode plain Jacobi when a call asks for `jacobi_ngram_pool_size=0`.
+        This is how a checkpoint's generation_config.json, written by `write_to`, becomes the defaults of a call.
+        """
+        layers = [cls.settings_in(config) for config in generation_configs]
+        return cls.from_layers([*layers, {k: v for k, v in overrides.items() if v is not None}])
+
+    @classmethod
+    def from_layers(cls, layers: list[dict[str, Any]]) -> JacobiConfig:
+        """Merges layers of settings (short names; later layers win) and validates the result once.
+
+        A setting that only means something beside another one goes when a later layer turns that one off: a verify
+        size that belongs to an earlier layer's pool is dropped when a later layer sets `ngram_pool_size=0` (a
+        checkpoint tuned to recycling must still decode plain Jacobi when a call asks for no pool), and an earlier
+        layer's `compile` is dropped when a later one chooses the dynamic cache.
         """
         values: dict[str, Any] = {}
         set_by: dict[str, int] = {}
-        layers = [cls.settings_in(config) for config in generation_configs]
-        layers.append({k: v for k, v in overrides.items() if v is not None})
         for index, layer in enumerate(layers):
             values.update(layer)
             set_by.update(dict.fromkeys(layer, index))
         if values.get("ngram_pool_size") == 0 and set_by.get("verify_size", -1) < set_by["ngram_pool_size"]:
             values.pop("verify_size", None)
+        if (
+            values.get("cache_implementation") == "dynamic"
+            and set_by.get("compile", -1) < set_by["cache_implementation"]
+        ):
+            values.pop("compile", None)
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"Unknown Jacobi setting(s) {unknown}; accepted settings are {sorted(cls().to_dict())}.")
@@ -171,6 +213,12 @@ class JacobiConfig:
                 parts.append(f"{self.verify_size} verified per step")
             if self.ngram_size is not None:
                 parts.append(f"{self.ngram_size}-token candidates")
+        if self.cache_implementation == "static":
+            parts.append(
+                {"auto": "static cache", "always": "compiled static cache", "never": "eager static cache"}[
+                    self.compile
+                ]
+            )
         return ", ".join(parts)
 
 
@@ -208,9 +256,29 @@ def resolve_jacobi_config(
     generation_config: GenerationConfig | None,
     model_generation_config: GenerationConfig | None,
     overrides: dict[str, Any],
+    call_cache_implementation: str | None = None,
 ) -> JacobiConfig:
-    """Builds a JacobiConfig: call kwargs win over the passed generation_config, which wins over the model's."""
-    return JacobiConfig.from_generation_config(model_generation_config, generation_config, **overrides)
+    """Builds a JacobiConfig: call kwargs win over the passed generation_config, which wins over the model's.
+
+    Each source's own `cache_implementation` (generate's setting; for the call, its `cache_implementation=` kwarg)
+    stands for `jacobi_cache_implementation` where that source does not set the latter, so that
+    `generate(decoding="jacobi", cache_implementation="static")` runs the static path. Values the Jacobi loop cannot
+    run on are left to it to refuse, with generate's own name for them.
+    """
+
+    def layer(settings: dict[str, Any], generic: str | None) -> dict[str, Any]:
+        settings = {k: v for k, v in settings.items() if v is not None}
+        if "cache_implementation" not in settings and generic in CACHE_IMPLEMENTATIONS:
+            settings["cache_implementation"] = generic
+        return settings
+
+    return JacobiConfig.from_layers(
+        [
+            layer(JacobiConfig.settings_in(config), getattr(config, "cache_implementation", None))
+            for config in (model_generation_config, generation_config)
+        ]
+        + [layer(overrides, call_cache_implementation)]
+    )
 
 
 def resolve_decoding(

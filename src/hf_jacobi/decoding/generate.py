@@ -67,7 +67,7 @@ def generate_with_jacobi(
     passed_config = kwargs.get("generation_config")
     model_config = getattr(model, "generation_config", None)
     # Settings are validated even when decoding greedily, so a typo never passes silently.
-    jacobi_config = resolve_jacobi_config(passed_config, model_config, settings)
+    jacobi_config = resolve_jacobi_config(passed_config, model_config, settings, kwargs.get("cache_implementation"))
     if resolve_decoding(decoding, passed_config, model_config, default=default_decoding) == "greedy":
         if recorder is not None:
             raise ValueError("trajectory_recorder records Jacobi iterations: it needs decoding='jacobi'.")

@@ -8,23 +8,28 @@ are processed with the context the reference decoding would have had, and the ac
 (greedy or sampling) walks the proposals. The row commits the accepted tokens plus one, keeps their KV, and tells its
 proposers what happened (the chain's Jacobi update, the pool's harvest). Rows commit different numbers of tokens;
 `KVSlots` keeps the shared cache consistent with per-row holes.
+
+With `cache_implementation="static"` the same loop runs on a preallocated cache (`static_cache.StaticKVSlots`): every
+forward of the call has the same width and batch (finished rows stay as padding), so the verify forward can be
+compiled, as transformers' generate compiles its decoding forward on a static cache.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteriaList
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.streamers import BaseStreamer
 
 from .acceptance import AcceptanceRule, acceptance_rule
 from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
 from .chain import DraftChain
-from .checks import check_generation_config, check_memory
+from .checks import check_generation_config, check_memory, widest_forward
 from .config import JacobiConfig
 from .drafts import PromptDrafter
 from .masks import AttentionLayout
@@ -32,6 +37,7 @@ from .outputs import JacobiDecoderOnlyOutput
 from .proposers import Proposer, StepOutcome
 from .recycling import RecyclingProposer
 from .rows import CommittedText, RowState
+from .static_cache import StaticKVSlots, to_static, verify_forward
 from .step_layout import StepLayout
 from .stopping import RowStopper
 from .streaming import ColumnStreamer
@@ -46,6 +52,16 @@ class StepRecorder(Protocol):
     """
 
     def record(self, row: int, start: int, tokens: list[int]) -> None: ...
+
+
+@dataclass(frozen=True)
+class VerifyForward:
+    """How every step runs its forward: the callable (the model, or its compiled call), the dtype its masks are built
+    in, and the keyword arguments every call takes."""
+
+    call: Callable[..., Any]
+    dtype: torch.dtype
+    kwargs: dict[str, Any]
 
 
 @dataclass
@@ -71,8 +87,8 @@ def jacobi_decode(
     **model_kwargs,
 ) -> JacobiDecoderOnlyOutput | torch.LongTensor:
     """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls."""
-    check_generation_config(model, generation_config, model_kwargs)
     config, recorder = jacobi_runtime.config, jacobi_runtime.recorder
+    check_generation_config(model, generation_config, model_kwargs, config)
     accept = acceptance_rule(bool(generation_config.do_sample))
     pad_id = generation_config._pad_token_tensor
     pad_id = int(pad_id) if pad_id is not None else 0
@@ -80,6 +96,13 @@ def jacobi_decode(
     check_memory(model, config, input_ids.shape[0], input_ids.shape[1], capacity, input_ids.device)
 
     cache, slots, valid, first_scores = _prefill(model, input_ids, generation_config, model_kwargs)
+    call = model
+    if config.cache_implementation == "static":
+        width = sum(widest_forward(config, input_ids.shape[1], capacity))
+        cache, slots = to_static(model, cache, slots, width, capacity, generation_config)
+        call = verify_forward(model, config, generation_config, cache)
+    # logits at every column
+    forward = VerifyForward(call, model.dtype, {"logits_to_keep": 0} if model._supports_logits_to_keep() else {})
     first_scores = logits_processor(input_ids, first_scores)
     if generation_config.do_sample:
         first_tokens = torch.multinomial(torch.softmax(first_scores, dim=-1), num_samples=1).squeeze(1).tolist()
@@ -88,7 +111,7 @@ def jacobi_decode(
     drafter = PromptDrafter(input_ids, valid, seed=config.draft_seed)
     rows = [
         RowState(index, drafter.prompts[index][:] if valid[index].any() else [], int(position) + 1)
-        for index, position in enumerate(slots.positions[:, -1].tolist())
+        for index, position in enumerate(slots.positions[:, slots.length - 1].tolist())
     ]
     committed = CommittedText(input_ids, rows, RowStopper(stopping_criteria), capacity, pad_id)
     stream = ColumnStreamer(jacobi_runtime.streamer, committed)
@@ -97,16 +120,16 @@ def jacobi_decode(
         row.proposers = _proposers(config, row, token, drafter, capacity)
     stream.flush()
 
-    forward_kwargs = {"logits_to_keep": 0} if model._supports_logits_to_keep() else {}  # logits at every column
-    running = rows  # the rows still in the cache, in cache order
+    # The rows in the cache, in cache order. The dynamic cache drops finished rows; the static one keeps its batch, and
+    # a finished row stays there as None (padding), so that its cache row is still its index in the batch.
+    running: list[RowState | None] = list(rows)
     while True:
-        keep = [i for i, row in enumerate(running) if not committed.done(row)]
+        keep = [i for i, row in enumerate(running) if row is not None and not committed.done(row)]
         if not keep:
             break
-        if len(keep) < len(running):
-            slots.select_rows(cache, torch.tensor(keep, device=input_ids.device))
-            running = [running[i] for i in keep]
-        _step(model, running, cache, slots, committed, logits_processor, accept, recorder, pad_id, forward_kwargs)
+        if len(keep) < sum(row is not None for row in running):
+            running = slots.select_rows(cache, running, keep)
+        _step(forward, running, cache, slots, committed, logits_processor, accept, recorder, pad_id)
         stream.flush()
 
     stream.finish()
@@ -123,43 +146,49 @@ def jacobi_decode(
 
 
 def _step(
-    model,
-    running: list[RowState],
-    cache: DynamicCache,
-    slots: KVSlots,
+    forward: VerifyForward,
+    running: list[RowState | None],
+    cache: Cache,
+    slots: KVSlots | StaticKVSlots,
     committed: CommittedText,
     logits_processor: LogitsProcessorList,
     accept: AcceptanceRule,
     recorder: StepRecorder | None,
     pad_id: int,
-    forward_kwargs: dict,
 ) -> None:
-    """One forward over every running row's proposals, and each row's commit."""
-    roots = [row.text[-1] for row in running]
-    proposals = [row.propose(committed.capacity - len(row.generated)) for row in running]
-    if recorder is not None:
-        for row, root, branches in zip(running, roots, proposals, strict=True):
-            recorder.record(row.index, len(row.generated) - 1, [root, *branches[0]])
-    layout = StepLayout(roots, proposals, pad_id, committed.sequences.device)
-    query_positions = torch.tensor([row.position for row in running], device=layout.tokens.device)[:, None]
-    query_positions = query_positions + layout.levels
-    logits = model(
+    """One forward over every running row's proposals, and each row's commit.
+
+    `forward.call` is the model, or its compiled call on the static path. Rows that are None (finished, kept in a
+    fixed-batch cache) are padding: they propose nothing and keep nothing.
+    """
+    live = [(local, row) for local, row in enumerate(running) if row is not None]
+    roots: list[int | None] = [None] * len(running)
+    proposals: list[list[list[int]]] = [[] for _ in running]
+    for local, row in live:
+        roots[local] = row.text[-1]
+        proposals[local] = row.propose(committed.capacity - len(row.generated))
+        if recorder is not None:
+            recorder.record(row.index, len(row.generated) - 1, [row.text[-1], *proposals[local][0]])
+    layout = StepLayout(roots, proposals, pad_id, committed.sequences.device, width=slots.step_width)
+    start = [row.position if row is not None else 0 for row in running]
+    query_positions = torch.tensor(start, device=layout.tokens.device)[:, None] + layout.levels
+    logits = forward.call(
         input_ids=layout.tokens,
-        attention_mask=slots.attention_mask(layout.visible, query_positions, model.dtype),
+        attention_mask=slots.attention_mask(layout.visible, query_positions, forward.dtype),
         position_ids=query_positions,
         use_cache=True,
         **{CACHE_ARGUMENT: cache},
-        **forward_kwargs,
+        **forward.kwargs,
     ).logits.float()
-    lengths = [committed.prompt_len + len(row.generated) for row in running]
-    indices = [row.index for row in running]
+    lengths = [committed.prompt_len + (len(row.generated) if row is not None else 0) for row in running]
+    indices = [row.index if row is not None else local for local, row in enumerate(running)]
     scores = process_column_scores(
         logits_processor, committed.sequences, lengths, logits, layout, indices, len(committed.rows)
     )
     predictions = scores.argmax(dim=-1).tolist()
 
-    orders, keeps = [], []
-    for local, row in enumerate(running):
+    orders, keeps = [list(range(layout.width)) for _ in running], [0] * len(running)
+    for local, row in live:
         branches = layout.branches[local]
         verdict = accept(branches, scores[local], predictions[local])
         taken = committed.commit(row, verdict.tokens)
@@ -173,8 +202,8 @@ def _step(
         row.position += taken
         kept = verdict.columns[:taken]
         kept_set = set(kept)
-        orders.append(kept + [c for c in range(layout.width) if c not in kept_set])
-        keeps.append(len(kept))
+        orders[local] = kept + [c for c in range(layout.width) if c not in kept_set]
+        keeps[local] = len(kept)
     slots.commit_columns(cache, orders, keeps, query_positions)
     slots.maybe_compact(cache)
 

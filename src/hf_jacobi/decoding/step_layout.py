@@ -4,7 +4,8 @@ Column 0 of every row is its last committed token, whose KV is not in the cache 
 causally. Each candidate n-gram is a branch: its tokens sit at the positions right after column 0, see the cache,
 column 0 and their own earlier tokens, and nothing of the chain or of other branches. So every branch is verified
 against the same committed prefix without copying the cache, and all of it costs one forward. Rows with fewer
-columns are padded with columns that see only themselves and are never kept.
+columns are padded with columns that see only themselves and are never kept; on a static cache every forward of a
+call is padded to the same width, and finished rows that stay in the batch are padding only.
 """
 
 from __future__ import annotations
@@ -42,16 +43,32 @@ class StepLayout:
         columns_used: per row, how many columns carry real tokens.
     """
 
-    def __init__(self, roots: list[int], proposals: list[list[list[int]]], pad_id: int, device) -> None:
+    def __init__(
+        self,
+        roots: list[int | None],
+        proposals: list[list[list[int]]],
+        pad_id: int,
+        device,
+        width: int | None = None,
+    ) -> None:
         """Lays out one forward: per row, its root (last committed token) in column 0, then each proposed branch.
 
         The first branch of a row (its draft chain) continues column 0 causally; each later branch gets its own
-        columns after it. Either way a branch sees column 0 and its own earlier tokens only.
+        columns after it. Either way a branch sees column 0 and its own earlier tokens only. A row whose root is None
+        (a finished row that a fixed-batch cache keeps) is all padding and has no branch. `width` pads every forward
+        of a call to the same number of columns (the static cache's fixed shape); by default the widest row sets it.
         """
         self.branches: list[list[Branch]] = []
         self.columns_used: list[int] = []
         token_rows, branch_rows, level_rows = [], [], []
         for root, branches_tokens in zip(roots, proposals, strict=True):
+            if root is None:
+                self.branches.append([])
+                self.columns_used.append(0)
+                token_rows.append([])
+                branch_rows.append([])
+                level_rows.append([])
+                continue
             tokens, branch_ids, levels = [root], [0], [0]
             branches = []
             for index, drafts in enumerate(branches_tokens):
@@ -65,7 +82,11 @@ class StepLayout:
             token_rows.append(tokens)
             branch_rows.append(branch_ids)
             level_rows.append(levels)
-        width = max(self.columns_used)
+        used = max(max(self.columns_used), 1)
+        if width is None:
+            width = used
+        elif used > width:
+            raise ValueError(f"a row needs {used} columns but the forward's fixed width is {width}")
         self.tokens = _padded(token_rows, width, pad_id, device)
         self.levels = _padded(level_rows, width, 0, device)
         branch_ids = _padded(branch_rows, width, -1, device)

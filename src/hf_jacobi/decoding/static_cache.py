@@ -1,0 +1,213 @@
+"""The static path of the Jacobi loop: a preallocated cache, verify forwards of one fixed shape, and a compiled forward.
+
+The loop is the same (`loop.jacobi_decode`); only the cache and its slot bookkeeping differ. `JacobiStaticCache`
+holds one transformers `StaticLayer` per decoder layer: keys and values are allocated once, `[B, H, M, D]`, and every
+forward writes its W columns at the layer's `cumulative_length` (a 0-d tensor changed in place). `StaticKVSlots` is
+`KVSlots` for that cache, behind the same methods:
+
+- every forward of a call has the same width W (the widest forward the setting can make, `checks.widest_forward`)
+  and the same batch: finished rows stay in the cache as padding that is never kept, so the verify forward always
+  sees inputs of one shape ([B, W] tokens and positions, a [B, 1, W, M] additive mask) and compiles once;
+- the commit reorders the kept columns to the front of the W slots just written, in place (a gather copied back into
+  the same storage), and moves `cumulative_length` back by the columns no row keeps; validity and positions are
+  preallocated [B, M] tensors updated in place; nothing is reallocated and nothing is read back to the host but the
+  loop's one read of each step's predictions (the slot counts the bookkeeping needs are kept on the host);
+- when a row's holes would push the next forward past the end of the cache, the slots are compacted to the left,
+  in place.
+
+Like the dynamic path, every layer keeps full history and sliding windows are applied in the mask on positions, so
+sliding-window and mixed models run here too. The prefill stays eager and is exactly the dynamic path's (greedy's
+own call); its keys and values are then copied into the static cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from transformers import CompileConfig, DynamicCache, GenerationConfig
+from transformers.cache_utils import Cache, StaticLayer
+
+from .config import JacobiConfig
+from .masks import AttentionLayout, layer_masks
+
+LENGTH_GRANULE = 64
+"""Static cache lengths are rounded up to a multiple of this, so that prompts of nearby lengths share one shape (and one
+compiled graph)."""
+
+LENGTH_ATTRIBUTE = "_hf_jacobi_static_cache_length"
+"""Set on the model: the longest static cache a Jacobi call has used, reused by later calls (as transformers' generate
+keeps `_previous_max_cache_length`), so that a shorter prompt does not compile a new graph."""
+
+
+class JacobiStaticCache(Cache):
+    """A static cache of plain `StaticLayer`s: full history on every layer, whatever the model's layer types.
+
+    transformers' `StaticCache(config=...)` would give sliding-window layers a ring buffer that overwrites slots by
+    index; the Jacobi cache holds holes (rejected drafts), so windows are applied in the masks on positions instead.
+    """
+
+    def __init__(self, num_layers: int, max_cache_len: int) -> None:
+        super().__init__(layers=[StaticLayer(max_cache_len=max_cache_len) for _ in range(num_layers)])
+
+
+class StaticKVSlots:
+    """Validity and position of every slot of a `JacobiStaticCache`, per row; the static counterpart of `KVSlots`.
+
+    Attributes:
+        valid: BoolTensor [B, M]; True for the slots a row attends to. Always False from `length` on.
+        positions: LongTensor [B, M]; the position id each slot was computed with (meaningless where invalid).
+        length: the slots in use (the layers' `cumulative_length`, mirrored on the host).
+        counts: per row, its valid slots (on the host, so that compaction needs no device read).
+        step_width: W, the columns of every forward.
+    """
+
+    def __init__(
+        self,
+        cache: JacobiStaticCache,
+        valid: torch.Tensor,
+        positions: torch.Tensor,
+        layout: AttentionLayout,
+        width: int,
+    ) -> None:
+        batch, prompt_len = valid.shape
+        self.capacity = cache.layers[0].max_cache_len
+        device = valid.device
+        self.valid = torch.zeros((batch, self.capacity), dtype=torch.bool, device=device)
+        self.valid[:, :prompt_len] = valid
+        self.positions = torch.zeros((batch, self.capacity), dtype=torch.long, device=device)
+        self.positions[:, :prompt_len] = positions
+        self.length = prompt_len
+        self.counts = valid.sum(dim=1).tolist()
+        self.layout = layout
+        self.step_width = width
+        self._columns = torch.arange(width, device=device)
+
+    def attention_mask(
+        self, visible: torch.Tensor, query_positions: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive float masks [B, 1, W, M]: each row's valid slots, then the W columns about to be written at
+        [length, length + W), which see each other as `visible` [W, W] or [B, W, W] says; every other slot is masked."""
+        batch, width = query_positions.shape
+        start, end = self.length, self.length + width
+        if end > self.capacity:
+            raise RuntimeError(
+                f"a forward of {width} columns at slot {start} overflows the static cache ({self.capacity})"
+            )
+        allowed = self.valid.unsqueeze(1).expand(batch, width, self.capacity).clone()
+        allowed[:, :, start:end] = visible
+        kv_positions = self.positions.clone()
+        kv_positions[:, start:end] = query_positions
+        return layer_masks(allowed, query_positions, kv_positions, self.layout, dtype)
+
+    def commit_columns(
+        self, cache: JacobiStaticCache, order: list[list[int]], keep: list[int], query_positions: torch.Tensor
+    ) -> None:
+        """Keeps, per row, the columns `order[row][: keep[row]]` of the forward just written, moved to the front of its
+        W slots in place; the slots past the longest kept run are given back to the next forward."""
+        width = query_positions.shape[1]
+        start, end = self.length, self.length + width
+        device = query_positions.device
+        if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
+            index = torch.tensor(order, dtype=torch.long, device=device)
+            for layer in cache.layers:
+                layer.keys[:, :, start:end].copy_(_gather_slots(layer.keys[:, :, start:end], index))
+                layer.values[:, :, start:end].copy_(_gather_slots(layer.values[:, :, start:end], index))
+            query_positions = torch.gather(query_positions, 1, index)
+        counts = torch.tensor(keep, dtype=torch.long, device=device)
+        self.valid[:, start:end] = self._columns[None, :] < counts[:, None]
+        self.positions[:, start:end] = query_positions
+        kept = max(keep)
+        if kept < width:
+            cache.crop(-(width - kept))
+        self.length = start + kept
+        self.counts = [have + count for have, count in zip(self.counts, keep, strict=True)]
+
+    def select_rows(self, cache: JacobiStaticCache, running: list, keep: list[int]) -> list:
+        """The batch stays as it is (a new batch size would be a new compiled graph): rows not in `keep` stay in the
+        cache as None, padding that is never kept."""
+        kept = set(keep)
+        return [row if index in kept else None for index, row in enumerate(running)]
+
+    def maybe_compact(self, cache: JacobiStaticCache) -> bool:
+        """Compacts when the next forward would not fit behind the slots in use.
+
+        Attention costs the same over the whole static cache whatever its holes, so holes only matter once they run
+        out of room. The cache holds prompt + budget + W slots, and a running row has fewer than prompt + budget valid
+        slots, so after compaction the next forward always fits.
+        """
+        if self.length + self.step_width <= self.capacity:
+            return False
+        self.compact(cache)
+        return True
+
+    def compact(self, cache: JacobiStaticCache) -> None:
+        """Moves each row's valid slots to the left end, in order, in place; positions travel with the slots, so no
+        result changes."""
+        width = max(self.counts)
+        # A stable descending sort puts the valid slots first, in their order; the first `width` are the keepers.
+        order = torch.sort(self.valid.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :width]
+        valid = torch.gather(self.valid, 1, order)
+        positions = torch.gather(self.positions, 1, order)
+        self.valid[:, :width] = valid
+        self.valid[:, width:] = False
+        self.positions[:, :width] = positions
+        for layer in cache.layers:
+            layer.keys[:, :, :width].copy_(_gather_slots(layer.keys, order))
+            layer.values[:, :, :width].copy_(_gather_slots(layer.values, order))
+        cache.crop(-(self.length - width))
+        self.length = width
+
+
+def static_cache_length(model, prompt_len: int, capacity: int, width: int, generation_config: GenerationConfig) -> int:
+    """Slots of the static cache of a call: prompt + budget + one forward (+ rounding), or more where an earlier call
+    used more or `generation_config.max_cache_len` asks for more (so that later calls keep the same shapes)."""
+    needed = max(prompt_len + capacity + width, getattr(generation_config, "max_cache_len", None) or 0)
+    length = max(LENGTH_GRANULE * math.ceil(needed / LENGTH_GRANULE), getattr(model, LENGTH_ATTRIBUTE, 0))
+    setattr(model, LENGTH_ATTRIBUTE, length)
+    return length
+
+
+def to_static(
+    model,
+    prefilled: DynamicCache,
+    slots,
+    width: int,
+    capacity: int,
+    generation_config: GenerationConfig,
+) -> tuple[JacobiStaticCache, StaticKVSlots]:
+    """The static cache and its slots for a call, holding the prompt's keys and values from the (eager, dynamic)
+    prefill; `slots` is the prefill's `KVSlots`."""
+    prompt_len = slots.length
+    length = static_cache_length(model, prompt_len, capacity, width, generation_config)
+    cache = JacobiStaticCache(len(prefilled.layers), length)
+    if not isinstance(getattr(cache.layers[0], "cumulative_length", None), torch.Tensor):
+        raise ValueError(
+            "cache_implementation='static' with decoding='jacobi' needs a transformers whose StaticLayer keeps its "
+            "length in a tensor (`cumulative_length`, as 5.24 does); use the dynamic cache with this version."
+        )
+    for static, layer in zip(cache.layers, prefilled.layers, strict=True):
+        static.update(layer.keys, layer.values)  # allocates [B, H, M, D] and writes the prompt at [0, P)
+    return cache, StaticKVSlots(cache, slots.valid, slots.positions, slots.layout, width)
+
+
+def verify_forward(model, config: JacobiConfig, generation_config: GenerationConfig, cache: JacobiStaticCache):
+    """The callable that runs the static path's verify forwards: the model's compiled call where `config.compile`
+    (and, for "auto", transformers' own criteria) says so, else the model itself. The prefill never goes through it."""
+    if config.compile == "never":
+        return model
+    compile_config = getattr(generation_config, "compile_config", None)
+    if config.compile == "always":
+        compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
+        compile_config._compile_all_devices = True
+        return model.get_compiled_call(compile_config)
+    if model._valid_auto_compile_criteria({"cache": cache}, generation_config):
+        return model.get_compiled_call(compile_config)
+    return model
+
+
+def _gather_slots(states: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """states [B, H, S, D] gathered along S with a per-row slot order [B, S']."""
+    index = order[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+    return torch.gather(states, 2, index)

@@ -1,0 +1,285 @@
+"""The static path of the Jacobi loop (`cache_implementation="static"`): same outputs as greedy and the same forwards
+as the dynamic path, one forward shape per call on a preallocated cache, and a compiled forward that compiles once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import CompileConfig, GenerationConfig, StaticCache
+
+from hf_jacobi import JacobiConfig, enable_jacobi
+from hf_jacobi.decoding import loop, static_cache
+from hf_jacobi.decoding.static_cache import LENGTH_ATTRIBUTE, StaticKVSlots
+from tiny_models import PAD, fresh_tiny_model, random_prompts, tiny_model
+
+SETTINGS = {
+    "plain": {"jacobi_block_size": 5},
+    "multi_block": {"jacobi_block_size": 4, "jacobi_num_blocks": 3, "jacobi_spawn_ratio": 0.5},
+    "recycling": {"jacobi_block_size": 4, "jacobi_ngram_pool_size": 4, "jacobi_ngram_size": 3},
+    "all": {"jacobi_block_size": 3, "jacobi_num_blocks": 2, "jacobi_ngram_pool_size": 8, "jacobi_verify_size": 3},
+}
+STATIC = {"cache_implementation": "static"}
+
+
+def dynamic_and_static(model, ids, mask, settings, **kwargs):
+    """Greedy, then the dynamic and the static Jacobi outputs (dicts with forward counts) of one call."""
+    kwargs = {"attention_mask": mask, "do_sample": False, **kwargs}
+    greedy = model.generate(ids, **kwargs)
+    jacobi = {"decoding": "jacobi", "return_dict_in_generate": True, **settings}
+    dynamic = model.generate(ids, **kwargs, **jacobi)
+    static = model.generate(ids, **kwargs, **jacobi, **STATIC)
+    return greedy, dynamic, static
+
+
+def assert_same_forwards(dynamic, static):
+    """Same proposals and same acceptances, so the same forwards: padding to a fixed width and keeping finished rows
+    in the batch add columns, never forwards, and forward_tokens count only the columns that carry tokens."""
+    for name in ("forward_passes", "forward_tokens", "recycled_tokens"):
+        assert torch.equal(getattr(dynamic, name), getattr(static, name)), name
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "gemma2"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_static_equals_greedy_with_the_dynamic_paths_forwards(family, batch, setting):
+    """Llama (GQA: 4 query heads over 2 KV heads, as every fixture), Qwen2, Qwen3 (a full and a sliding layer: a dict
+    of masks), Mistral (every layer slides over a window shorter than the text) and Gemma2 (eager attention)."""
+    model = enable_jacobi(tiny_model(family, 0))
+    ids, mask = random_prompts(batch, 9, seed=batch)
+    greedy, dynamic, static = dynamic_and_static(model, ids, mask, SETTINGS[setting], max_new_tokens=40)
+    assert torch.equal(dynamic.sequences, greedy)
+    assert torch.equal(static.sequences, greedy)
+    assert_same_forwards(dynamic, static)
+
+
+def test_eos_inside_a_block_finishes_rows_at_different_steps():
+    model = enable_jacobi(tiny_model("llama", 1))
+    ids, mask = random_prompts(3, 8, seed=4)
+    free_run = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30, eos_token_id=None)
+    eos = int(free_run[0, 8 + 6])  # a token row 0 emits mid-way: rows now stop at different steps, inside blocks
+    greedy, dynamic, static = dynamic_and_static(
+        model, ids, mask, SETTINGS["all"], max_new_tokens=30, eos_token_id=eos, pad_token_id=PAD
+    )
+    assert torch.equal(static.sequences, greedy)
+    assert (static.sequences[0, 8 + 7 :] == PAD).all()
+    assert_same_forwards(dynamic, static)
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 7, 33])
+@pytest.mark.parametrize("block_size", [1, 8, 32])
+def test_the_budget_ends_mid_block(max_new_tokens, block_size):
+    model = enable_jacobi(tiny_model("qwen2", 0))
+    ids, mask = random_prompts(2, 6, seed=2)
+    greedy, dynamic, static = dynamic_and_static(
+        model, ids, mask, {"jacobi_block_size": block_size}, max_new_tokens=max_new_tokens
+    )
+    assert torch.equal(static.sequences, greedy)
+    assert_same_forwards(dynamic, static)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records every static forward's inputs and the cache's storage, by wrapping the slots' mask builder."""
+    seen: dict = {"shapes": [], "caches": [], "compactions": 0}
+    mask_builder, to_static, compact = StaticKVSlots.attention_mask, loop.to_static, StaticKVSlots.compact
+
+    def attention_mask(self, visible, query_positions, dtype):
+        mask = mask_builder(self, visible, query_positions, dtype)
+        seen["shapes"].append((tuple(query_positions.shape), tuple(mask.shape), self.length))
+        return mask
+
+    def recording_to_static(*args, **kwargs):
+        cache, slots = to_static(*args, **kwargs)
+        pointers = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
+        seen["caches"].append((cache, pointers, slots))
+        return cache, slots
+
+    def counting_compact(self, cache):
+        seen["compactions"] += 1
+        return compact(self, cache)
+
+    monkeypatch.setattr(StaticKVSlots, "attention_mask", attention_mask)
+    monkeypatch.setattr(loop, "to_static", recording_to_static)
+    monkeypatch.setattr(StaticKVSlots, "compact", counting_compact)
+    return seen
+
+
+def test_every_forward_has_one_shape_and_the_cache_is_never_reallocated(spy):
+    model = enable_jacobi(tiny_model("llama", 0))
+    ids, mask = random_prompts(3, 9, seed=5)
+    settings = SETTINGS["all"]
+    out = model.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=30, decoding="jacobi", **STATIC, **settings
+    )
+    assert torch.equal(out, model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30))
+    ((cache, pointers, slots),) = spy["caches"]
+    length = cache.layers[0].max_cache_len
+    width = slots.step_width
+    assert width == 1 + 3 * 2 - 1 + 3 * 2  # the chain of 2 blocks of 3, then 3 candidates of 2 tokens
+    assert {shape[:2] for shape in spy["shapes"]} == {((3, width), (3, 1, width, length))}
+    assert len(spy["shapes"]) > 5  # rows finished at different steps, yet the batch stayed at 3
+    assert [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers] == pointers
+    assert int(cache.layers[0].cumulative_length) == slots.length
+    assert not slots.valid[:, slots.length :].any()
+
+
+def test_compaction_when_holes_fill_the_cache_changes_nothing(spy, monkeypatch):
+    """With the cache sized to the slot (no rounding), rows accepting different counts run out of room and the slots are
+    compacted in place; the output stays greedy's and the forwards stay the dynamic path's."""
+    model = enable_jacobi(tiny_model("mistral", 0))
+    monkeypatch.setattr(static_cache, "LENGTH_GRANULE", 1)
+    monkeypatch.setattr(model, LENGTH_ATTRIBUTE, 0, raising=False)
+    ids, mask = random_prompts(3, 9, seed=14)
+    greedy, dynamic, static = dynamic_and_static(model, ids, mask, SETTINGS["recycling"], max_new_tokens=40)
+    assert spy["compactions"] > 0
+    assert torch.equal(static.sequences, greedy)
+    assert_same_forwards(dynamic, static)
+
+
+def test_compacting_after_every_step_changes_nothing(monkeypatch):
+    def always(self, cache):
+        self.compact(cache)
+        return True
+
+    monkeypatch.setattr(StaticKVSlots, "maybe_compact", always)
+    for family in ("llama", "qwen3"):
+        model = enable_jacobi(tiny_model(family, 0))
+        ids, mask = random_prompts(3, 9, seed=14)
+        greedy, _, static = dynamic_and_static(model, ids, mask, SETTINGS["multi_block"], max_new_tokens=30)
+        assert torch.equal(static.sequences, greedy), family
+
+
+def test_later_calls_reuse_the_longest_cache_so_shapes_repeat(spy):
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    kwargs = {"do_sample": False, "max_new_tokens": 20, "decoding": "jacobi", **STATIC, "jacobi_block_size": 4}
+    for length in (12, 5, 9):
+        ids, mask = random_prompts(2, length, seed=length)
+        model.generate(ids, attention_mask=mask, **kwargs)
+    lengths = [cache.layers[0].max_cache_len for cache, _, _ in spy["caches"]]
+    assert lengths == [64, 64, 64]  # 12 + 20 + 4 rounded up to a multiple of 64, then kept
+
+
+def test_sampling_on_the_static_path_draws_what_the_dynamic_path_draws():
+    """The same seed gives the same tokens: the acceptance rule draws the same random numbers in the same order."""
+    model = enable_jacobi(tiny_model("llama", 0))
+    ids, mask = random_prompts(3, 9, seed=3)
+    kwargs = {"attention_mask": mask, "do_sample": True, "top_k": 4, "max_new_tokens": 25, "decoding": "jacobi"}
+    outputs = []
+    for extra in ({}, STATIC):
+        torch.manual_seed(0)
+        outputs.append(model.generate(ids, **kwargs, **SETTINGS["recycling"], **extra))
+    assert torch.equal(*outputs)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ({"cache_implementation": "static"}, "static"),
+        ({"jacobi_cache_implementation": "static"}, "static"),
+        ({"jacobi_cache_implementation": "dynamic", "cache_implementation": "static"}, "dynamic"),
+        ({}, "dynamic"),
+    ],
+)
+def test_the_call_chooses_the_cache(monkeypatch, source, expected):
+    model = enable_jacobi(tiny_model("qwen2", 0))
+    used = []
+    monkeypatch.setattr(loop, "to_static", lambda *a, **k: used.append(1) or static_cache.to_static(*a, **k))
+    ids, mask = random_prompts(1, 6, seed=1)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, decoding="jacobi", **source)
+    assert torch.equal(out, model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False))
+    assert bool(used) == (expected == "static")
+
+
+def test_a_checkpoint_carries_the_choice_and_a_call_overrides_it(tmp_path, monkeypatch):
+    config = JacobiConfig(block_size=4, cache_implementation="static", compile="never")
+    config.write_to(GenerationConfig(max_new_tokens=10, do_sample=False)).save_pretrained(tmp_path)
+    saved = GenerationConfig.from_pretrained(tmp_path)
+    assert (saved.jacobi_cache_implementation, saved.jacobi_compile) == ("static", "never")
+    assert JacobiConfig.from_generation_config(saved) == config
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    model.generation_config = saved
+    used = []
+    monkeypatch.setattr(loop, "to_static", lambda *a, **k: used.append(1) or static_cache.to_static(*a, **k))
+    ids, mask = random_prompts(2, 6, seed=1)
+    greedy = model.generate(ids, attention_mask=mask, decoding="greedy")
+    assert torch.equal(model.generate(ids, attention_mask=mask), greedy) and used == [1]
+    # a call's own cache_implementation wins, and the checkpoint's compile setting goes with its static cache
+    assert torch.equal(model.generate(ids, attention_mask=mask, cache_implementation="dynamic"), greedy)
+    assert used == [1]
+    assert "static cache" in config.describe()
+
+
+def test_compile_follows_transformers_rules_unless_told(monkeypatch):
+    """ "auto" compiles where transformers' generate would (on CPU only when compile_config asks for every device);
+    "always" compiles anywhere; "never" never. Compilation itself is replaced by a recorder here."""
+    model = fresh_tiny_model("llama", 0)
+    enable_jacobi(model)
+    compiled = []
+
+    def get_compiled_call(compile_config):
+        compiled.append(compile_config)
+        return model.__call__
+
+    monkeypatch.setattr(model, "get_compiled_call", get_compiled_call)
+    ids, mask = random_prompts(1, 6, seed=1)
+    kwargs = {"attention_mask": mask, "max_new_tokens": 6, "do_sample": False, "decoding": "jacobi", **STATIC}
+    everywhere = CompileConfig(fullgraph=True)
+    everywhere._compile_all_devices = True
+    cases = [
+        ({}, False),
+        ({"compile_config": CompileConfig()}, False),  # on a CPU generate compiles only when told to
+        ({"compile_config": everywhere}, True),
+        ({"compile_config": everywhere, "disable_compile": True}, False),
+        ({"compile_config": everywhere, "jacobi_compile": "never"}, False),
+        ({"jacobi_compile": "always"}, True),
+    ]
+    for extra, expected in cases:
+        compiled.clear()
+        model.generate(ids, **kwargs, **extra)
+        assert bool(compiled) == expected, extra
+        if expected:
+            assert compiled[0]._compile_all_devices
+    model.generate(ids, **kwargs, compile_config=everywhere)
+    assert compiled[-1].fullgraph  # the caller's settings travel to torch.compile
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"jacobi_cache_implementation": "paged"}, r"jacobi_cache_implementation must be one of \['dynamic', "),
+        ({"jacobi_compile": "yes"}, r"jacobi_compile must be one of \['auto', 'always', 'never'\], got 'yes'"),
+        ({"jacobi_compile": "always"}, r"jacobi_compile='always' .* needs jacobi_cache_implementation='static'"),
+        ({"cache_implementation": "offloaded"}, r"got cache_implementation='offloaded'. Accepted: None, 'dynamic'"),
+        ({"compile_config": CompileConfig()}, r"compile_config needs cache_implementation='static'"),
+        ({"cache": StaticCache(config=tiny_model("llama").config, max_cache_len=64)}, r"do not pass `cache`"),
+    ],
+    ids=["cache", "compile", "compile-dynamic", "offloaded", "compile-config-dynamic", "user-cache"],
+)
+def test_unsupported_combinations_are_refused(kwargs, message):
+    model = enable_jacobi(tiny_model("llama", 0))
+    ids, mask = random_prompts(1, 6, seed=1)
+    with pytest.raises(ValueError, match=message):
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", **kwargs)
+
+
+def test_the_compiled_forward_compiles_once_per_setting():
+    """torch.compile on CPU (dynamo, with the eager backend to keep the test short; inductor compiles the same graph):
+    the first call compiles the verify forward once, its later steps and later prompts of the same setting (other
+    lengths, same batch and budget) compile nothing new, and the outputs stay greedy's."""
+    counters = torch._dynamo.utils.counters
+    torch._dynamo.reset()
+    model = enable_jacobi(fresh_tiny_model("qwen2", 0))
+    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
+    compile_config._compile_all_devices = True
+    kwargs = {"do_sample": False, "max_new_tokens": 30}
+    settings = {"decoding": "jacobi", **STATIC, **SETTINGS["all"], "compile_config": compile_config}
+    graphs = []
+    for length, seed in ((8, 1), (6, 2), (8, 3)):
+        ids, mask = random_prompts(2, length, seed=seed)
+        greedy = model.generate(ids, attention_mask=mask, **kwargs)
+        out = model.generate(ids, attention_mask=mask, return_dict_in_generate=True, **kwargs, **settings)
+        assert torch.equal(out.sequences, greedy)
+        assert int(out.forward_passes.max()) > 3
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == 1 and graphs[1:] == [1, 1], graphs
+    torch._dynamo.reset()
