@@ -10,16 +10,8 @@ from pathlib import Path
 from ..atomic import staged_files
 from ..data.humaneval import MissingDataError
 from ..loading import DTYPES
-from .common import (
-    CliError,
-    add_jacobi_forcing_argument,
-    checkpoint_dir,
-    load_model,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    writable_output,
-)
+from .arg_types import checkpoint_dir, non_negative_int, positive_float, positive_int
+from .common import CliError, add_jacobi_forcing_argument, load_model, writable_output
 
 PARTIAL = "bench.partial.json"
 """What a running bench has measured so far, in --output-dir beside the finished files (see

@@ -1,5 +1,6 @@
-"""What every `hf-jacobi` command shares: argument types that name bad values, the model loader, prompt encoding
-and the one-line summaries. Commands live one per module beside this one, each with its parser and its runner."""
+"""What every `hf-jacobi` command shares: error reporting, the model loader, prompt encoding, the shared flags and
+the one-line summaries (argument types are in `arg_types`). Commands live one per module beside this one, each with
+its parser and its runner."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from ..decoding.config import JacobiConfig
 from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
 from ..loading import DTYPES, EMBEDDED, eos_token_ids
 from ..loading import load_model as _load_model
+from .arg_types import checkpoint_dir, non_negative_int, positive_int
 
 DEBUG_ENV = "HF_JACOBI_DEBUG"
 
@@ -55,55 +56,6 @@ def writable_output(path: Path, flag: str, folder: bool = True) -> Path:
         return check_writable(path, folder=folder, what=flag)
     except OutputPathError as error:
         raise CliError(str(error)) from error
-
-
-# --- argument types: reject bad values at the boundary, naming them -------------------------------------------------
-
-
-def _parsed(value: str, convert: Callable[[str], float], accepted: str, ok: Callable[[float], bool]):
-    try:
-        number = convert(value)
-    except ValueError:
-        number = None
-    if number is None or not ok(number):
-        raise argparse.ArgumentTypeError(f"{value!r} is not {accepted}")
-    return number
-
-
-def positive_int(value: str) -> int:
-    return _parsed(value, int, "an integer >= 1", lambda n: n >= 1)
-
-
-def optional_positive_int(value: str) -> int | None:
-    """An integer >= 1, or 'default' (None: the setting's own default)."""
-    if value == "default":
-        return None
-    return _parsed(value, int, "an integer >= 1 or 'default'", lambda n: n >= 1)
-
-
-def non_negative_int(value: str) -> int:
-    return _parsed(value, int, "an integer >= 0", lambda n: n >= 0)
-
-
-def probability(value: str) -> float:
-    return _parsed(value, float, "a number in (0, 1]", lambda p: 0 < p <= 1)
-
-
-def positive_float(value: str) -> float:
-    return _parsed(value, float, "a number > 0", lambda x: x > 0)
-
-
-def checkpoint_dir(value: str) -> Path:
-    """A local `save_pretrained` folder. Checked here because nothing can be downloaded, so a typo in the path would
-    otherwise surface as a confusing hub lookup error deep inside from_pretrained."""
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{value!r} does not exist (expected a local checkpoint folder)")
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a folder (expected a local checkpoint folder)")
-    if not (path / "config.json").is_file():
-        raise argparse.ArgumentTypeError(f"{value!r} has no config.json (expected a save_pretrained folder)")
-    return path
 
 
 # --- shared helpers --------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from ..bench.common import timed
 from ..decoding.config import JacobiConfig
+from .arg_types import positive_int
 from .common import (
     LoadedModel,
     add_model_arguments,
@@ -22,7 +23,6 @@ from .common import (
     load_source_prompts,
     new_token_counts,
     per_forward,
-    positive_int,
     warm_up,
     with_jacobi_forcing,
 )

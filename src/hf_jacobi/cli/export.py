@@ -12,7 +12,8 @@ import argparse
 from pathlib import Path
 
 from ..decoding.config import JacobiConfig
-from .common import CliError, non_negative_int, positive_int, writable_output
+from .arg_types import non_negative_int, positive_int
+from .common import CliError, writable_output
 
 
 def run_export_command(args: argparse.Namespace) -> int:

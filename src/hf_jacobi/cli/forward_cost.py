@@ -16,15 +16,8 @@ from pathlib import Path
 import torch
 
 from ..atomic import write_text
-from .common import (
-    DTYPES,
-    CliError,
-    add_jacobi_forcing_argument,
-    checkpoint_dir,
-    load_model,
-    positive_int,
-    writable_output,
-)
+from .arg_types import checkpoint_dir, positive_int
+from .common import DTYPES, CliError, add_jacobi_forcing_argument, load_model, writable_output
 
 DEFAULT_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 

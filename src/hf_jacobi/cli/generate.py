@@ -8,6 +8,7 @@ import torch
 from transformers import TextStreamer
 
 from ..bench.common import timed
+from .arg_types import non_negative_int, positive_float, probability
 from .common import (
     CliError,
     add_model_arguments,
@@ -16,9 +17,6 @@ from .common import (
     jacobi_config,
     load_model,
     new_token_counts,
-    non_negative_int,
-    positive_float,
-    probability,
     summary,
     warm_up,
 )

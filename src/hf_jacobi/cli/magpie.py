@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..atomic import write_text
 from ..loading import DTYPES
-from .common import CliError, checkpoint_dir, load_model, positive_float, positive_int, probability, writable_output
+from .arg_types import checkpoint_dir, positive_float, positive_int, probability
+from .common import CliError, load_model, writable_output
 
 
 def run_magpie_command(args: argparse.Namespace) -> int:

@@ -10,7 +10,8 @@ from pathlib import Path
 from ..atomic import write_text
 from ..bench.common import VARIANTS
 from ..data.humaneval import MissingDataError, humaneval_prompts
-from .common import CliError, positive_int, writable_output
+from .arg_types import positive_int
+from .common import CliError, writable_output
 
 
 def run_overhead_command(args: argparse.Namespace) -> int:

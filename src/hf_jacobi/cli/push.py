@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import CliError, non_negative_int, positive_int
+from .arg_types import non_negative_int, positive_int
+from .common import CliError
 
 
 def run_push_command(args: argparse.Namespace) -> int:

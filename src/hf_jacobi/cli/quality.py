@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text
-from .common import DTYPES, CliError, checkpoint_dir, load_model, positive_int, writable_output
+from .arg_types import checkpoint_dir, positive_int
+from .common import DTYPES, CliError, load_model, writable_output
 
 SHIPPED = "shipped"
 

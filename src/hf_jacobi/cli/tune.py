@@ -9,17 +9,14 @@ from typing import TYPE_CHECKING
 
 from ..atomic import staged_files
 from ..loading import DTYPES
+from .arg_types import checkpoint_dir, non_negative_int, optional_positive_int, positive_int
 from .common import (
     CliError,
     add_jacobi_forcing_argument,
     add_prompt_source_arguments,
-    checkpoint_dir,
     encode_prompt,
     load_model,
     load_source_prompts,
-    non_negative_int,
-    optional_positive_int,
-    positive_int,
     writable_output,
 )
 

@@ -1,0 +1,54 @@
+"""Argument types of the `hf-jacobi` commands: bad values are rejected at the boundary, naming the value and what
+is accepted, before any model loads."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _parsed(value: str, convert: Callable[[str], float], accepted: str, ok: Callable[[float], bool]):
+    try:
+        number = convert(value)
+    except ValueError:
+        number = None
+    if number is None or not ok(number):
+        raise argparse.ArgumentTypeError(f"{value!r} is not {accepted}")
+    return number
+
+
+def positive_int(value: str) -> int:
+    return _parsed(value, int, "an integer >= 1", lambda n: n >= 1)
+
+
+def optional_positive_int(value: str) -> int | None:
+    """An integer >= 1, or 'default' (None: the setting's own default)."""
+    if value == "default":
+        return None
+    return _parsed(value, int, "an integer >= 1 or 'default'", lambda n: n >= 1)
+
+
+def non_negative_int(value: str) -> int:
+    return _parsed(value, int, "an integer >= 0", lambda n: n >= 0)
+
+
+def probability(value: str) -> float:
+    return _parsed(value, float, "a number in (0, 1]", lambda p: 0 < p <= 1)
+
+
+def positive_float(value: str) -> float:
+    return _parsed(value, float, "a number > 0", lambda x: x > 0)
+
+
+def checkpoint_dir(value: str) -> Path:
+    """A local `save_pretrained` folder. Checked here because nothing can be downloaded, so a typo in the path would
+    otherwise surface as a confusing hub lookup error deep inside from_pretrained."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value!r} does not exist (expected a local checkpoint folder)")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a folder (expected a local checkpoint folder)")
+    if not (path / "config.json").is_file():
+        raise argparse.ArgumentTypeError(f"{value!r} has no config.json (expected a save_pretrained folder)")
+    return path
