@@ -26,40 +26,17 @@ def run_bench_command(args: argparse.Namespace) -> int:
     then `bench.partial.json` holds the batches done, so a run cut short by a time limit leaves its measurements.
     """
     from hf_jacobi.bench import report
-    from hf_jacobi.bench.runner import AR_COMPILE_MODE, AR_COMPILED, Setting, bench_settings, run_bench
-    from hf_jacobi.bench.tasks import load_task
+    from hf_jacobi.bench.runner import Setting, bench_settings, run_bench
 
     writable_output(args.output_dir, "--output-dir")
     if importlib.util.find_spec("matplotlib") is None:
         raise CliError("bench writes a plot and needs matplotlib: pip install 'hf-jacobi[bench]'")
-    try:  # the task first: a bad --data is reported before a model is loaded
-        task = load_task(
-            args.task,
-            data=args.data,
-            split=args.split,
-            limit=args.limit,
-            skip=args.skip,
-            chat=args.chat,
-            timeout_s=args.timeout,
-            workers=args.workers,
-        )
-    except (MissingDataError, FileNotFoundError, ValueError) as error:
-        raise CliError(str(error)) from error
+    task = _load_task(args)  # the task first: a bad --data is reported before a model is loaded
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
     settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
     if args.model_defaults:
         settings.append(Setting.model_defaults(loaded.model.generation_config))
-    meta = {
-        "command": "hf-jacobi " + " ".join(args.argv),
-        "model": loaded.name,
-        "dtype": args.dtype,
-        "task": task.name,
-        "metric": task.metric,
-        "batch_size": args.batch_size,
-        "max_new_tokens": args.max_new_tokens,
-        "rounds": args.rounds,
-        "ar_compile_mode": AR_COMPILE_MODE if any(s.kind == AR_COMPILED for s in settings) else None,
-    }
+    meta = _run_meta(args, loaded.name, task, settings)
     partial = args.output_dir / PARTIAL
     run = run_bench(
         loaded.model,
@@ -87,11 +64,54 @@ def run_bench_command(args: argparse.Namespace) -> int:
     return 0 if lossless else 1
 
 
+def _load_task(args: argparse.Namespace):
+    """The task `--task` names, on `--data`'s problems; what it refuses ends the command in one line."""
+    from hf_jacobi.bench.tasks import load_task
+
+    try:
+        return load_task(
+            args.task,
+            data=args.data,
+            split=args.split,
+            limit=args.limit,
+            skip=args.skip,
+            chat=args.chat,
+            timeout_s=args.timeout,
+            workers=args.workers,
+        )
+    except (MissingDataError, FileNotFoundError, ValueError) as error:
+        raise CliError(str(error)) from error
+
+
+def _run_meta(args: argparse.Namespace, model_name: str, task, settings) -> dict:
+    """What bench.json records about the run besides its measurements: the command, model, task and budget."""
+    from hf_jacobi.bench.runner import AR_COMPILE_MODE, AR_COMPILED
+
+    return {
+        "command": "hf-jacobi " + " ".join(args.argv),
+        "model": model_name,
+        "dtype": args.dtype,
+        "task": task.name,
+        "metric": task.metric,
+        "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens,
+        "rounds": args.rounds,
+        "ar_compile_mode": AR_COMPILE_MODE if any(s.kind == AR_COMPILED for s in settings) else None,
+    }
+
+
 def add_parser(commands) -> None:
-    from hf_jacobi.bench.common import VARIANTS
+    bench = commands.add_parser("bench", help="pass@1/accuracy, tokens per forward and tokens/s: AR vs Jacobi")
+    _add_problem_arguments(bench)
+    _add_model_and_setting_arguments(bench)
+    _add_run_arguments(bench)
+    bench.set_defaults(handler=run_bench_command)
+
+
+def _add_problem_arguments(bench: argparse.ArgumentParser) -> None:
+    """Which task and which of its problems."""
     from hf_jacobi.bench.tasks import TASKS
 
-    bench = commands.add_parser("bench", help="pass@1/accuracy, tokens per forward and tokens/s: AR vs Jacobi")
     bench.add_argument("--task", choices=list(TASKS), default="humaneval", help="benchmark (default humaneval)")
     bench.add_argument(
         "--data",
@@ -107,6 +127,12 @@ def add_parser(commands) -> None:
         help="skip the first N problems, then --limit counts from there (e.g. choose a setting on one slice of a "
         "prompt set and report it on another; default 0)",
     )
+
+
+def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
+    """The model, and the Jacobi settings measured against its greedy baselines."""
+    from hf_jacobi.bench.common import VARIANTS
+
     bench.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )
@@ -128,6 +154,10 @@ def add_parser(commands) -> None:
         help="also time the Jacobi settings in the model's generation config (what decoding='jacobi' uses with no "
         "other argument, e.g. the tuned defaults of --jacobi-forcing)",
     )
+
+
+def _add_run_arguments(bench: argparse.ArgumentParser) -> None:
+    """How the samples are batched, timed and scored, and where the results go."""
     bench.add_argument("--batch-size", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
     bench.add_argument("--max-new-tokens", type=positive_int, default=256, help="token budget (default 256)")
     bench.add_argument(
@@ -156,4 +186,3 @@ def add_parser(commands) -> None:
         default=Path("bench_results"),
         help="where bench.json/.md/.png go (default bench_results)",
     )
-    bench.set_defaults(handler=run_bench_command)
