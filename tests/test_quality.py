@@ -112,7 +112,7 @@ def test_the_table_and_the_front_plot(measured, tmp_path):
     assert len(lines) == 4 and lines[0].startswith("| model | plain tokens/forward | both tokens/forward | set")
     assert all(line.count("|") == lines[0].count("|") for line in lines)
     assert lines[3].startswith("| other |")
-    path = plot_front([base, model], tmp_path / "front.png", "both", "requests")
+    path = plot_front([base, model], tmp_path / "front.png", "requests")
     assert path.stat().st_size > 1000
 
 
@@ -153,3 +153,29 @@ def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_pro
     capsys.readouterr()
     assert main(reused) == 1
     assert "answers.json holds no token ids" in capsys.readouterr().err
+
+    # --merge: runs of one protocol read as one study, nothing decoded
+    (answers_file).write_text(json.dumps(answers))
+    adapter_run = tmp_path / "adapter-run"
+    adapter_run.mkdir()
+    with_adapter = {**first, "models": [*first["models"], {**first["models"][0], "name": "mine"}]}
+    (adapter_run / "quality.json").write_text(json.dumps(with_adapter))
+    (adapter_run / "answers.json").write_text(json.dumps({**answers, "mine": {"requests": ["old text-only format"]}}))
+    merged_dir = tmp_path / "merged"
+    assert (
+        main(["quality", "--merge", str(tmp_path / "first"), str(adapter_run), "--output-dir", str(merged_dir)]) == 0
+    )
+    merged = json.loads((merged_dir / "quality.json").read_text())
+    assert [m["name"] for m in merged["models"]] == ["base", "mine"]
+    assert merged["targets_met"]["mine"]["requests/collapse"] is True
+    merged_answers = json.loads((merged_dir / "answers.json").read_text())
+    assert merged_answers["mine"]["requests"] == {"texts": ["old text-only format"]}
+    assert (merged_dir / "quality.png").is_file() and "| mine |" in (merged_dir / "quality.md").read_text()
+    capsys.readouterr()
+    other_protocol = json.loads((tmp_path / "first" / "quality.json").read_text())
+    other_protocol["protocol"]["max_new_tokens"] = 99
+    (adapter_run / "quality.json").write_text(json.dumps(other_protocol))
+    assert (
+        main(["quality", "--merge", str(tmp_path / "first"), str(adapter_run), "--output-dir", str(merged_dir)]) == 1
+    )
+    assert "was measured with another model or protocol" in capsys.readouterr().err

@@ -49,27 +49,34 @@ FRONT_FIGURES = (
 )
 
 
-def plot_front(models: list[ModelQuality], path: str | Path, setting: str, request_set: str) -> Path:
-    """Tokens per forward of `setting` (x) against each quality figure on `request_set` (y), a point per model;
-    code tasks passed are read from the code set, whichever `request_set` is."""
+def plot_front(models: list[ModelQuality], path: str | Path, request_set: str) -> Path:
+    """Tokens per forward (x) against each quality figure on `request_set` (y): one colour per model, one marker per
+    Jacobi setting joined by a line (the same answers, decoded faster or slower); code tasks passed are read from the
+    code set, whichever `request_set` is."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(FRONT_FIGURES), figsize=(4.0 * len(FRONT_FIGURES), 3.8))
+    markers = ("o", "s", "^", "D")
+    settings = [s.name for s in models[0].speed]
+    figure, axes = plt.subplots(1, len(FRONT_FIGURES), figsize=(4.0 * len(FRONT_FIGURES), 4.0))
     for axis, (key, label) in zip(axes, FRONT_FIGURES, strict=True):
-        for model in models:
+        for index, model in enumerate(models):
             sets = [q for q in model.quality.values() if q.code_passed is not None] if key == "code_passed" else []
-            quality = sets[0] if sets else model.quality[request_set]
-            value = getattr(quality, key)
-            if value is None:
+            quality = sets[0] if sets else model.quality.get(request_set)
+            value = None if quality is None else getattr(quality, key)
+            speeds = [_speed(model, setting) for setting in settings]
+            if value is None or None in speeds:
                 continue
-            axis.scatter(_speed(model, setting), value, s=36)
-            axis.annotate(
-                model.name, (_speed(model, setting), value), fontsize=7, xytext=(4, 3), textcoords="offset points"
-            )
-        axis.set_xlabel(f"tokens per forward ({setting})")
+            colour = f"C{index % 10}"
+            axis.plot(speeds, [value] * len(speeds), "-", color=colour, alpha=0.4)
+            for speed, marker in zip(speeds, markers, strict=False):
+                axis.scatter(speed, value, s=36, color=colour, marker=marker)
+            axis.annotate(model.name, (speeds[-1], value), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        axis.set_xlabel(
+            "tokens per forward (" + ", ".join(f"{m} {s}" for m, s in zip(markers, settings, strict=False)) + ")"
+        )
         axis.set_title(label, fontsize=9)
         axis.grid(alpha=0.3)
     figure.suptitle(f"speed against quality ({request_set}; code tasks for the last panel)", fontsize=10)

@@ -126,10 +126,71 @@ def _earlier_base(folder: Path, record: dict):
     return ModelQuality.from_dict(base, tokens)
 
 
-def run_quality_command(args: argparse.Namespace) -> int:
-    from ..bench.quality_eval import measure_model, targets_met
+def _write_outputs(folder: Path, results: dict, models, answers: dict, request_set: str) -> None:
+    """quality.json, quality.md (the table), answers.json and quality.png (the front) in `folder`."""
     from ..bench.quality_report import markdown_table, plot_front
 
+    table = markdown_table(models, models[0])
+    print(table)
+    write_text(folder / "quality.json", json.dumps(results, indent=2) + "\n")
+    write_text(folder / "quality.md", table + "\n")
+    write_text(folder / "answers.json", json.dumps(answers, indent=1, ensure_ascii=False) + "\n")
+    plot_front(models, folder / "quality.png", request_set)
+    print(f"\nwrote quality.json, quality.md, answers.json and quality.png in {folder}")
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """One table and one front from several runs of the same protocol with the same base figures, decoding nothing:
+    models measured in different sittings (or sessions) read as one study."""
+    from ..bench.quality_eval import ModelQuality, targets_met
+
+    if args.adapters or args.base_results is not None:
+        raise CliError("--merge combines finished runs: it takes no --adapters or --base-results")
+    writable_output(args.output_dir, "--output-dir", folder=True)
+    runs = []
+    for folder in args.merge:
+        try:
+            runs.append(
+                (
+                    json.loads((folder / "quality.json").read_text(encoding="utf-8")),
+                    json.loads((folder / "answers.json").read_text(encoding="utf-8")),
+                )
+            )
+        except (OSError, ValueError) as error:
+            raise CliError(f"--merge {folder}: cannot read its quality.json / answers.json ({error})") from error
+    first = runs[0][0]
+    models: dict[str, dict] = {}
+    answers: dict[str, dict] = {}
+    for folder, (results, texts) in zip(args.merge, runs, strict=True):
+        if (results["model"], results["protocol"]) != (first["model"], first["protocol"]):
+            raise CliError(f"--merge {folder} was measured with another model or protocol than {args.merge[0]}")
+        for model in results["models"]:
+            if model["name"] in models and models[model["name"]] != model:
+                raise CliError(f"--merge: {model['name']!r} has other figures in {folder} than in an earlier run")
+            models.setdefault(model["name"], model)
+            sets = texts[model["name"]]  # runs before token ids were kept wrote the texts alone
+            answers.setdefault(model["name"], {k: v if isinstance(v, dict) else {"texts": v} for k, v in sets.items()})
+    if "base" not in models:
+        raise CliError(f"--merge: none of {[str(f) for f in args.merge]} holds the base model's figures")
+    ordered = [models.pop("base"), *models.values()]
+    measured = [ModelQuality.from_dict(m, {}) for m in ordered]
+    merged = {
+        "model": first["model"],
+        "protocol": first["protocol"],
+        "merged_from": [str(folder) for folder in args.merge],
+        "adapters": {k: v for results, _ in runs for k, v in results.get("adapters", {}).items()},
+        "models": ordered,
+        "targets_met": {m.name: targets_met(m, measured[0]) for m in measured[1:]},
+    }
+    _write_outputs(args.output_dir, merged, measured, answers, first["protocol"]["sets"][0])
+    return 0
+
+
+def run_quality_command(args: argparse.Namespace) -> int:
+    from ..bench.quality_eval import measure_model, targets_met
+
+    if args.merge:
+        return _merge(args)
     adapters = _check_inputs(args)
     base_loaded = load_model(args.model, args.dtype)
     protocol = _protocol(args, base_loaded.tokenizer)
@@ -143,8 +204,6 @@ def run_quality_command(args: argparse.Namespace) -> int:
         loaded = load_model(args.model, args.dtype, adapter=folder)
         models.append(measure_model(label, loaded.model, base_loaded.model, loaded.tokenizer, protocol, base))
         del loaded
-    table = markdown_table(models, base)
-    print(table)
     results = {
         "model": base_loaded.name,
         "protocol": {key: value for key, value in record.items() if key != "model"},
@@ -153,12 +212,7 @@ def run_quality_command(args: argparse.Namespace) -> int:
         "models": [m.to_dict() for m in models],
         "targets_met": {m.name: targets_met(m, base) for m in models[1:]},
     }
-    write_text(args.output_dir / "quality.json", json.dumps(results, indent=2) + "\n")
-    write_text(args.output_dir / "quality.md", table + "\n")
-    answers = _answers(models, protocol, base_loaded.tokenizer)
-    write_text(args.output_dir / "answers.json", json.dumps(answers, indent=1, ensure_ascii=False) + "\n")
-    plot_front(models, args.output_dir / "quality.png", args.settings[-1], args.sets[0])
-    print(f"\nwrote quality.json, quality.md, answers.json and quality.png in {args.output_dir}")
+    _write_outputs(args.output_dir, results, models, _answers(models, protocol, base_loaded.tokenizer), args.sets[0])
     return 0 if all(m.identical_to_greedy for m in models) else 1
 
 
@@ -197,5 +251,13 @@ def add_parser(commands) -> None:
         type=Path,
         default=None,
         help="an earlier run's --output-dir whose base model figures and answers to reuse (same protocol only)",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="decode nothing: merge finished runs' --output-dirs (same protocol and base) into one table and front",
     )
     parser.set_defaults(handler=run_quality_command)
