@@ -79,9 +79,10 @@ class QualityProtocol:
     batch_size: int = 8
 
 
-def guard_protocol(tokenizer, max_new_tokens: int = 128, batch_size: int = 8) -> QualityProtocol:
-    """The small fixed check that `hf-jacobi demo` prints and the test suite holds a shipped adapter to: the first
-    plain chat request of each category, greedy answers only (no speed settings)."""
+def demo_protocol(tokenizer, max_new_tokens: int = 128, batch_size: int = 8) -> QualityProtocol:
+    """What `hf-jacobi demo` prints beside its speed figures: greedy answers to the first plain chat request of each
+    category (no speed settings). Eight answers show the figures, they do not judge a model: the quality bars are read
+    on the whole set (`hf-jacobi quality`, and the test suite's guard on the shipped adapter)."""
     from ..data.quality_sets import load_requests
 
     requests = load_requests()
@@ -89,8 +90,8 @@ def guard_protocol(tokenizer, max_new_tokens: int = 128, batch_size: int = 8) ->
     for row in requests:
         firsts.setdefault(row["category"], row["messages"])
     prompts = [encode_chat(tokenizer, messages) for messages in firsts.values()]
-    guard = RequestSet("requests (first of each category)", prompts)
-    return QualityProtocol([guard], [], {}, max_new_tokens, batch_size)
+    sample = RequestSet("requests (first of each category)", prompts)
+    return QualityProtocol([sample], [], {}, max_new_tokens, batch_size)
 
 
 def measure_model(

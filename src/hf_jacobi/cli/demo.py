@@ -130,34 +130,34 @@ def run_demo(args: argparse.Namespace) -> int:
     label = TRAINED if args.jacobi_forcing else (UNTRAINED if args.model is None else str(args.model))
     runs = [run_model(loaded, label, prompts, settings, args)]
     quality = side_by_side and not args.no_quality
-    guard = [guard_quality(loaded, None, UNTRAINED, args)] if quality else []
+    samples = [sample_quality(loaded, None, UNTRAINED, args)] if quality else []
     if side_by_side:
         trained = with_jacobi_forcing(loaded)  # merges in place: the base's figures are taken before
         runs.append(run_model(trained, TRAINED, prompts, settings, args))
         if quality:
-            guard.append(guard_quality(trained, guard[0], TRAINED, args))
+            samples.append(sample_quality(trained, samples[0], TRAINED, args))
     for run in runs:
         print(f"## {run.label}\n\n{demo_report(run.rows, run.greedy_s, run.jacobi_s, settings.block_size)}\n")
     if len(runs) > 1:
         print(f"## side by side\n\n{comparison_table(runs)}\n")
-    if guard:
+    if samples:
         from ..bench.quality_report import markdown_table
 
         print(
-            f"## answer quality: greedy answers to plain chat requests (held out)\n\n{markdown_table(guard, guard[0])}\n"
+            f"## answer quality: greedy answers to plain chat requests (held out)\n\n{markdown_table(samples, samples[0])}\n"
         )
     identical = all(run.identical for run in runs)
     print(f"all outputs identical to greedy: {'yes' if identical else 'NO'}")
     return 0 if identical else 1
 
 
-def guard_quality(loaded: LoadedModel, base, label: str, args: argparse.Namespace):
-    """Quality figures of `loaded`'s greedy answers to the guard requests (`bench.quality_eval.guard_protocol`),
+def sample_quality(loaded: LoadedModel, base, label: str, args: argparse.Namespace):
+    """Quality figures of `loaded`'s greedy answers to the demo's requests (`bench.quality_eval.demo_protocol`),
     scored by the base model: `base` is the base's own result, None when `loaded` is the base. The base is loaded
     afresh for a trained model, whose weights replaced the base's in place."""
-    from ..bench.quality_eval import guard_protocol, measure_model
+    from ..bench.quality_eval import demo_protocol, measure_model
 
-    protocol = guard_protocol(loaded.tokenizer, args.max_new_tokens, max(args.batch, 8))
+    protocol = demo_protocol(loaded.tokenizer, args.max_new_tokens, max(args.batch, 8))
     scorer = loaded if base is None else load_model(args.model, args.dtype)
     return measure_model(label, loaded.model, scorer.model, loaded.tokenizer, protocol, base)
 
