@@ -89,6 +89,15 @@ def evaluation_texts() -> dict[str, str]:
         return {}
 
 
+def _check_sampling(count: int, batch_size: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """Refuses sizes and sampling settings `magpie_prompts` cannot run with, naming the value."""
+    for name, value in (("count", count), ("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not temperature > 0 or not 0 < top_p <= 1:
+        raise ValueError(f"temperature must be > 0 and top_p in (0, 1], got {temperature} and {top_p}")
+
+
 @torch.inference_mode()
 def magpie_prompts(
     model,
@@ -111,11 +120,7 @@ def magpie_prompts(
     (default: 20 times the batches `count` needs) with an error saying how many were kept, rather than loop forever on
     a model that never ends its turn.
     """
-    for name, value in (("count", count), ("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not temperature > 0 or not 0 < top_p <= 1:
-        raise ValueError(f"temperature must be > 0 and top_p in (0, 1], got {temperature} and {top_p}")
+    _check_sampling(count, batch_size, max_new_tokens, temperature, top_p)
     model = enable_jacobi(model)
     keep = keep if keep is not None else InstructionFilter(exclude=evaluation_texts())
     budget = max_batches if max_batches is not None else 20 * math.ceil(count / batch_size)
