@@ -34,6 +34,18 @@ def base_model_of(folder: Path) -> str | None:
     return None
 
 
+def _checked_output_dir(output_dir: Path | None, dry_run: bool) -> Path | None:
+    """`--output-dir` once it is known to be a writable, new or empty folder (a dry run needs one: it keeps only that
+    folder), before anything is rendered."""
+    if dry_run and output_dir is None:
+        raise ValueError("a dry run keeps nothing without --output-dir: give a folder to render the upload into")
+    if output_dir is not None:
+        output_dir = check_writable(output_dir, folder=True, what="--output-dir")
+        if output_dir.exists() and any(output_dir.iterdir()):
+            raise ValueError(f"--output-dir {str(output_dir)!r} is not empty; give a new or empty folder")
+    return output_dir
+
+
 def publish_checkpoint(
     model_dir: str | Path,
     repo_id: str,
@@ -61,12 +73,7 @@ def publish_checkpoint(
     a temporary folder is used and removed after the upload.
     """
     source = checkpoint_folder(model_dir)
-    if dry_run and output_dir is None:
-        raise ValueError("a dry run keeps nothing without --output-dir: give a folder to render the upload into")
-    if output_dir is not None:
-        output_dir = check_writable(output_dir, folder=True, what="--output-dir")
-        if output_dir.exists() and any(output_dir.iterdir()):
-            raise ValueError(f"--output-dir {str(output_dir)!r} is not empty; give a new or empty folder")
+    output_dir = _checked_output_dir(output_dir, dry_run)
     render = tempfile.TemporaryDirectory(prefix="hf-jacobi-push-") if output_dir is None else atomic_folder(output_dir)
     with render as staged:
         staging = Path(staged)

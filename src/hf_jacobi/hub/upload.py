@@ -142,16 +142,19 @@ def upload_checkpoint(
             "check the network connection and HF_ENDPOINT"
         ) from error
     except HfHubHTTPError as error:
-        status = error.response.status_code if error.response is not None else "?"
-        hint = {
-            401: "check --token or HF_TOKEN",
-            403: "check that the token may write to this repository",
-            404: "check the repo id and --revision",
-        }.get(status, "retry, or check the Hub's status")
-        summary = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise HubUploadError(
-            f"the Hub refused the upload to {repo_id!r} (HTTP {status}: {summary}); {hint}"
-        ) from error
+        raise _refusal(error, repo_id) from error
+
+
+def _refusal(error: HfHubHTTPError, repo_id: str) -> HubUploadError:
+    """The Hub's HTTP error in one line, with what to check for the usual statuses."""
+    status = error.response.status_code if error.response is not None else "?"
+    hint = {
+        401: "check --token or HF_TOKEN",
+        403: "check that the token may write to this repository",
+        404: "check the repo id and --revision",
+    }.get(status, "retry, or check the Hub's status")
+    summary = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return HubUploadError(f"the Hub refused the upload to {repo_id!r} (HTTP {status}: {summary}); {hint}")
 
 
 def _upload(
