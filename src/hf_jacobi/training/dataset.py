@@ -3,6 +3,7 @@ collator draws noise for."""
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any
 
@@ -88,6 +89,31 @@ def with_anchor_texts(trajectories: datasets.Dataset, anchor_texts: datasets.Dat
         features=kept.features,
     )
     return datasets.concatenate_datasets([kept, texts])
+
+
+def training_datasets(
+    train_dataset: datasets.Dataset,
+    eval_dataset: datasets.Dataset | dict[str, datasets.Dataset] | None,
+    anchor_dataset: datasets.Dataset | None,
+    collator: JacobiForcingCollator,
+    base_kl_weight: float,
+) -> tuple[datasets.Dataset, datasets.Dataset | dict[str, datasets.Dataset] | None, int]:
+    """The train and eval rows the trainer reads (`usable_trajectories`; the anchor texts mixed into the train rows),
+    and the block size most training trajectories have (the trained model's Jacobi default)."""
+    train_dataset = usable_trajectories(train_dataset, collator, "train")
+    trained_block_size = collections.Counter(train_dataset["block_size"]).most_common(1)[0][0]
+    if anchor_dataset is not None:
+        if not base_kl_weight > 0:
+            raise ValueError(
+                "anchor_dataset is read only by the KL anchor, which is off (base_kl_weight=0): set "
+                f"base_kl_weight > 0 or leave the {len(anchor_dataset)} anchor texts out."
+            )
+        train_dataset = with_anchor_texts(train_dataset, anchor_dataset)
+    if isinstance(eval_dataset, dict):
+        eval_dataset = {k: usable_trajectories(v, collator, k) for k, v in eval_dataset.items()}
+    elif eval_dataset is not None:
+        eval_dataset = usable_trajectories(eval_dataset, collator, "eval")
+    return train_dataset, eval_dataset, trained_block_size
 
 
 def pad_token_id(processing_class: Any, pad_token: str | None = None) -> int:

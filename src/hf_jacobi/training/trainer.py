@@ -10,7 +10,6 @@ clean tokens only (`CleanView`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import copy
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
 from .collator import NO_TEACHER, CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
-from .dataset import CollatorEpoch, pad_token_id, usable_trajectories, with_anchor_texts
+from .dataset import CollatorEpoch, pad_token_id, training_datasets
 from .losses import LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
 
@@ -93,20 +92,9 @@ class JacobiForcingTrainer(SFTTrainer):
                 f"data_collator must be a JacobiForcingCollator (the losses index the packed layout it builds), got "
                 f"{type(data_collator).__name__}; pass None to build one from args."
             )
-        train_dataset = usable_trajectories(train_dataset, data_collator, "train")
-        sizes = collections.Counter(train_dataset["block_size"])
-        trained_block_size = sizes.most_common(1)[0][0]
-        if anchor_dataset is not None:
-            if not args.base_kl_weight > 0:
-                raise ValueError(
-                    "anchor_dataset is read only by the KL anchor, which is off (base_kl_weight=0): set "
-                    f"base_kl_weight > 0 or leave the {len(anchor_dataset)} anchor texts out."
-                )
-            train_dataset = with_anchor_texts(train_dataset, anchor_dataset)
-        if isinstance(eval_dataset, dict):
-            eval_dataset = {k: usable_trajectories(v, data_collator, k) for k, v in eval_dataset.items()}
-        elif eval_dataset is not None:
-            eval_dataset = usable_trajectories(eval_dataset, data_collator, "eval")
+        train_dataset, eval_dataset, trained_block_size = training_datasets(
+            train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight
+        )
         super().__init__(
             model=model,
             args=args,
