@@ -173,3 +173,27 @@ def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_pa
         assert (root / reference).exists(), f"{target} compares with {reference}, which is not committed"
     # and the stage itself writes where it compares
     assert str(repro) in printed.split(compares[0])[0]
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_steps_take_every_flag_dashed_as_the_other_commands_do(step, tmp_path):
+    """The recipe steps take each flag in the dashed spelling of the argparse commands (`--max-new-tokens`) as well as
+    in the underscored one, which is also the key of a YAML recipe (`max_new_tokens:`)."""
+    parser = TrlParser(STEPS[step])
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and "_" in option:
+                assert option.replace("_", "-") in action.option_strings, f"{step}: {option} has no dashed spelling"
+    out = str(tmp_path)
+    dashed = {
+        "collect": ["--max-new-tokens", "7", "--no-chat-template", "--model-name-or-path", "m"],
+        "train": ["--noise-window", "4", "--base-kl-weight", "0.5", "--use-cpu", "true", "--output-dir", out],
+        "evaluate": ["--max-new-tokens", "5", "--output-file", "out.json", "--settings", "plain"],
+    }[step]
+    parsed = {name: value for p in parser.parse_args_and_config(args=dashed) for name, value in vars(p).items()}
+    expected = {
+        "collect": {"max_new_tokens": 7, "chat_template": False, "model_name_or_path": "m"},
+        "train": {"noise_window": 4, "base_kl_weight": 0.5, "use_cpu": True, "output_dir": out},
+        "evaluate": {"max_new_tokens": 5, "output_file": "out.json", "settings": ["plain"]},
+    }[step]
+    assert {name: parsed[name] for name in expected} == expected

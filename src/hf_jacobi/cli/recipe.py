@@ -2,6 +2,8 @@
 
 Their flags are parsed by TRL's parser (`--config recipe.yaml` plus any field of the step's dataclasses), not by
 argparse, so `main` hands them the raw arguments; they are registered here only so that `hf-jacobi --help` lists them.
+Each flag is taken with dashes, as by the other commands (`--max-new-tokens`), or with underscores, the spelling of
+a recipe's YAML keys (`max_new_tokens:`): TRL's parser registers both.
 Each step's arguments and runner live in its own module (`collect`, `train`, `evaluate`; what they share in
 `recipe_args`), imported only when the step runs.
 """
