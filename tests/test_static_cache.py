@@ -9,6 +9,7 @@ from transformers import CompileConfig, GenerationConfig, StaticCache
 
 from hf_jacobi import JacobiConfig, enable_jacobi
 from hf_jacobi.decoding import loop, static_cache
+from hf_jacobi.decoding.config import resolve_jacobi_config
 from hf_jacobi.decoding.static_cache import LENGTH_ATTRIBUTE, StaticKVSlots
 from tiny_models import PAD, fresh_tiny_model, random_prompts, tiny_model
 
@@ -188,6 +189,23 @@ def test_the_call_chooses_the_cache(monkeypatch, source, expected):
     out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, decoding="jacobi", **source)
     assert torch.equal(out, model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False))
     assert bool(used) == (expected == "static")
+
+
+def test_a_generation_configs_own_cache_implementation_counts_unless_a_jacobi_setting_says_otherwise():
+    model_config = GenerationConfig(cache_implementation="static")
+    dynamic = GenerationConfig(cache_implementation="dynamic")
+
+    def chosen(passed=None, **overrides):
+        return resolve_jacobi_config(passed, model_config, overrides).cache_implementation
+
+    assert chosen() == "static"
+    assert chosen(cache_implementation="dynamic") == "dynamic"  # a call's jacobi_cache_implementation
+    assert chosen(dynamic) == "dynamic"  # the generation_config passed to the call
+    model_config.jacobi_cache_implementation = "dynamic"  # beside the generic one, in the same config
+    assert chosen() == "dynamic"
+    assert resolve_jacobi_config(None, model_config, {}, call_cache_implementation="static").cache_implementation == (
+        "static"
+    )
 
 
 def test_a_checkpoint_carries_the_choice_and_a_call_overrides_it(tmp_path, monkeypatch):

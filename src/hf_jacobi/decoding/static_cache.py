@@ -202,7 +202,8 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
         compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
         compile_config._compile_all_devices = True
         return model.get_compiled_call(compile_config)
-    if model._valid_auto_compile_criteria({"cache": cache}, generation_config):
+    criteria = getattr(model, "_valid_auto_compile_criteria", None)  # generate's own rule (device, quantizer, offload)
+    if criteria is not None and criteria({"cache": cache}, generation_config):
         return model.get_compiled_call(compile_config)
     return model
 
