@@ -1,4 +1,6 @@
-"""Local .json/.jsonl/.parquet files read with `datasets`, with errors that name the file, the line and the fix.
+"""Local .json/.jsonl/.parquet files read with `datasets`, with errors that name the file, the line and the fix, and
+the one resolver of a data source named on the command line (`load_data_source`: a local file or folder, else a Hub
+dataset), which prompt sources and bench problems share.
 
 `datasets` reports a bad JSON line as "An error occurred while generating the dataset", an empty file as a bare
 StopIteration, and does not check UTF-8 at all (a Latin-1 file loads, then fails when a row is read). Prompt files
@@ -112,3 +114,70 @@ def load_local_dataset(files: list[Path], builder: str, name: str) -> datasets.D
     if len(dataset) == 0:
         raise ValueError(f"{name!r} holds no rows")
     return dataset
+
+
+# --- a data source named on the command line: a local file or folder, else a Hub dataset ----------------------------
+
+DATA_SUFFIXES = (*LOCAL_BUILDERS, ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip")
+"""Suffixes that mark a source as a file even when it does not exist, so a typo is reported instead of a Hub lookup."""
+ACCEPTED = f"a {'/'.join(LOCAL_BUILDERS)} file or a directory of them"
+
+
+class MissingDataFile(FileNotFoundError, ValueError):
+    """A local data file or folder that does not exist (a ValueError too, like every other bad source)."""
+
+
+def is_local_source(source: str) -> bool:
+    """Whether `source` means a file or folder here rather than a Hub repo id ("name", "namespace/name" or either
+    with ":config")."""
+    path = Path(source).expanduser()
+    return (
+        path.exists()
+        or source.startswith(("/", ".", "~"))
+        or source.count("/") > 1
+        or path.suffix.lower() in DATA_SUFFIXES
+    )
+
+
+def load_local_source(source: str) -> datasets.Dataset:
+    """The rows of a local .json/.jsonl/.parquet file, or of every such file of a folder (one kind per folder)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_BUILDERS)
+        if not files:
+            raise ValueError(f"directory {source!r} holds no {'/'.join(LOCAL_BUILDERS)} files")
+    elif path.suffix.lower() not in LOCAL_BUILDERS:
+        raise ValueError(f"unsupported dataset file {source!r} (extension {path.suffix!r}); accepted: {ACCEPTED}")
+    elif not path.is_file():
+        raise MissingDataFile(f"local path {source!r} does not exist; expected {ACCEPTED}")
+    else:
+        files = [path]
+    builders = {LOCAL_BUILDERS[p.suffix.lower()] for p in files}
+    if len(builders) > 1:
+        raise ValueError(f"directory {source!r} mixes json and parquet files; keep one kind per directory")
+    return load_local_dataset(files, builders.pop(), source)
+
+
+def load_hub_dataset(source: str, split: str, default_configs: dict[str, str] | None = None) -> datasets.Dataset:
+    """A Hub dataset; `name:config` picks a config, else `default_configs` may name one for `name`. A failure (offline,
+    no such dataset or split) is a ValueError that suggests a local file."""
+    import datasets
+
+    name, _, config = source.partition(":")
+    config = config or (default_configs or {}).get(name)
+    try:
+        if config is None:
+            return datasets.load_dataset(name, split=split)
+        return datasets.load_dataset(name, config, split=split)
+    except Exception as error:
+        raise ValueError(
+            f"could not load dataset {source!r} (split {split!r}) from the Hugging Face Hub: {error}. "
+            "If you are offline, pass a local .json, .jsonl or .parquet file instead"
+        ) from error
+
+
+def load_data_source(source: str, split: str, default_configs: dict[str, str] | None = None) -> datasets.Dataset:
+    """The rows `source` names: a local file or folder (`is_local_source`), else a Hub dataset (`split` applies)."""
+    if is_local_source(source):
+        return load_local_source(source)
+    return load_hub_dataset(source, split, default_configs)

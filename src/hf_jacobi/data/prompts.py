@@ -20,40 +20,13 @@ from ..chat import encode_chat
 from .function_prompts import package_prompt_set, rows_dataset, snapshot_split, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit
-from .local_files import LOCAL_BUILDERS, load_local_dataset
+from .local_files import LOCAL_BUILDERS, is_local_source, load_hub_dataset, load_local_source
 from .prompt_rows import convert_rows, from_opencodeinstruct, from_openthoughts, prompt_column
 from .quality_sets import code_task_prompts, request_prompts
 
 logger = logging.getLogger(__name__)
 
 PAPER_SOURCES = {"opencodeinstruct": "nvidia/OpenCodeInstruct", "openthoughts2": "open-thoughts/OpenThoughts2-1M"}
-# Suffixes that mark a source as a file even when it does not exist, so a typo is reported instead of a hub lookup.
-DATA_SUFFIXES = (*LOCAL_BUILDERS, ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zip")
-
-
-def _is_local(source: str) -> bool:
-    """Whether `source` means a file or folder here rather than a hub repo id ("name" or "namespace/name")."""
-    path = Path(source).expanduser()
-    return path.exists() or source.startswith(("/", ".", "~")) or source.count("/") > 1 or path.suffix in DATA_SUFFIXES
-
-
-def _load_local(source: str) -> datasets.Dataset:
-    path = Path(source).expanduser()
-    accepted = f"a {'/'.join(LOCAL_BUILDERS)} file or a directory of them"
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in LOCAL_BUILDERS)
-        if not files:
-            raise ValueError(f"directory {source!r} holds no {'/'.join(LOCAL_BUILDERS)} files")
-    elif path.suffix not in LOCAL_BUILDERS:
-        raise ValueError(f"unsupported file extension {path.suffix!r} of {source!r}; accepted: {accepted}")
-    elif not path.is_file():
-        raise ValueError(f"local path {source!r} does not exist; expected {accepted}")
-    else:
-        files = [path]
-    builders = {LOCAL_BUILDERS[p.suffix] for p in files}
-    if len(builders) > 1:
-        raise ValueError(f"directory {source!r} mixes json and parquet files; keep one kind per directory")
-    return load_local_dataset(files, builders.pop(), source)
 
 
 @dataclass(frozen=True)
@@ -167,15 +140,15 @@ def load_prompts(
     check_limit(limit)
     if source in PROMPT_SOURCES:
         return PROMPT_SOURCES[source].load(split, limit, seed)
-    if _is_local(source):
-        dataset, name = _load_local(source), Path(source).expanduser().stem
+    if is_local_source(source):
+        dataset, name = load_local_source(source), Path(source).expanduser().stem
     elif "/" not in source:
         raise ValueError(
             f"unknown prompt source {source!r}; named sources: {sorted(PROMPT_SOURCES)}, or a local "
             f"{'/'.join(LOCAL_BUILDERS)} file, or a Hub dataset id such as 'namespace/name'"
         )
     else:
-        dataset, name = datasets.load_dataset(source, split=split), source
+        dataset, name = load_hub_dataset(source, split), source
     if len(dataset) == 0:
         raise ValueError(f"dataset {source!r} is empty")
     return convert_rows(dataset, name, prompt_column(dataset, source, column), limit=limit)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ...data.limits import check_limit
@@ -19,7 +18,6 @@ from .base import BenchItem, BenchTask, Score, TaskOptions
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """Appended to MATH/GSM8K questions so the model boxes its final answer, which is what the checkers look for."""
 
-LOCAL_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 _DEFAULT_HUB_CONFIGS = {"gsm8k": "main", "openai/gsm8k": "main"}
 
 
@@ -37,38 +35,6 @@ class RowFormat:
 
     columns: tuple[tuple[str, ...], ...]
     read: Callable[[dict[str, Any]], tuple[str, str]]
-
-
-def _load_local(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
-    from ...data.local_files import load_local_dataset
-
-    return load_local_dataset([path], LOCAL_SUFFIXES[path.suffix.lower()], str(path))
-
-
-def _load_hub(source: str, split: str) -> Any:
-    """A Hub dataset; `name:config` picks a config, and GSM8K's only useful one ("main") is the default for it."""
-    import datasets
-
-    name, _, config = source.partition(":")
-    config = config or _DEFAULT_HUB_CONFIGS.get(name)
-    try:
-        return datasets.load_dataset(name, config, split=split)
-    except Exception as error:
-        raise ValueError(
-            f"could not load dataset {source!r} (split {split!r}) from the Hugging Face Hub: {error}. "
-            "If you are offline, pass a local .json, .jsonl or .parquet file instead"
-        ) from error
-
-
-def _load_rows(source: str, split: str) -> Any:
-    path = Path(source)
-    if path.suffix.lower() in LOCAL_SUFFIXES:
-        return _load_local(path)
-    if path.is_file():
-        raise ValueError(f"unsupported dataset file {source!r}: accepted are {', '.join(LOCAL_SUFFIXES)} files")
-    return _load_hub(source, split)
 
 
 def _check_columns(task: str, source: str, columns: list[str], required: tuple[tuple[str, ...], ...]) -> None:
@@ -91,7 +57,9 @@ def load_problems(
 ) -> list[MathProblem]:
     """Questions and gold answers from a local file or a Hub dataset; `split` only applies to Hub datasets."""
     check_limit(limit)
-    dataset = _load_rows(source, split)
+    from ...data.local_files import load_data_source  # datasets is imported only when a task reads its data
+
+    dataset = load_data_source(source, split, _DEFAULT_HUB_CONFIGS)
     columns = list(dataset.column_names)
     _check_columns(task, source, columns, rows.columns)
     if limit is not None:
