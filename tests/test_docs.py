@@ -108,3 +108,21 @@ def test_every_docs_page_is_in_the_site_nav():
     assert pages == listed, f"pages not in the nav: {sorted(pages - listed)}; nav entries without a page: " + str(
         sorted(listed - pages)
     )
+
+
+def test_architecture_page_names_every_module_and_only_modules_that_exist():
+    """docs/architecture.md stays drawn from the code: every module under src/hf_jacobi (but `__init__.py` files and
+    `_version.py`) is named by its path there (`decoding/loop.py`), and every `.py` path the page names exists, under
+    src/hf_jacobi or from the repository root (`tools/docs_figures.py`)."""
+    package = ROOT / "src" / "hf_jacobi"
+    modules = {
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*.py")
+        if p.name not in ("__init__.py", "_version.py") and "__pycache__" not in p.parts
+    }
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.py)\b", page))
+    missing = sorted(modules - named)
+    stale = sorted(path for path in named if not (package / path).is_file() and not (ROOT / path).is_file())
+    assert not missing, f"modules not on docs/architecture.md: {missing}"
+    assert not stale, f"docs/architecture.md names files that do not exist: {stale}"
