@@ -162,11 +162,14 @@ def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_pro
     (adapter_run / "quality.json").write_text(json.dumps(with_adapter))
     (adapter_run / "answers.json").write_text(json.dumps({**answers, "mine": {"requests": ["old text-only format"]}}))
     merged_dir = tmp_path / "merged"
-    assert (
-        main(["quality", "--merge", str(tmp_path / "first"), str(adapter_run), "--output-dir", str(merged_dir)]) == 0
-    )
+    merge_args = ["quality", "--merge", str(tmp_path / "first"), str(adapter_run)]
+    assert main([*merge_args, "--output-dir", str(merged_dir)]) == 0
     merged = json.loads((merged_dir / "quality.json").read_text())
     assert [m["name"] for m in merged["models"]] == ["base", "mine"]
+    renamed = [*merge_args, "--rename", "mine=round9", "--output-dir", str(tmp_path / "renamed")]
+    assert main(renamed) == 0
+    assert "| round9 |" in (tmp_path / "renamed" / "quality.md").read_text()
+    assert "round9" in json.loads((tmp_path / "renamed" / "answers.json").read_text())
     assert merged["targets_met"]["mine"]["requests/collapse"] is True
     merged_answers = json.loads((merged_dir / "answers.json").read_text())
     assert merged_answers["mine"]["requests"] == {"texts": ["old text-only format"]}

@@ -158,6 +158,15 @@ def _merge(args: argparse.Namespace) -> int:
             )
         except (OSError, ValueError) as error:
             raise CliError(f"--merge {folder}: cannot read its quality.json / answers.json ({error})") from error
+    renames = dict(pair.partition("=")[::2] for pair in args.rename)
+    if any(not old or not new for old, new in renames.items()) or "base" in renames:
+        raise CliError(f"--rename takes OLD=NEW pairs of adapter labels (not 'base'), got {args.rename}")
+    for results, texts in runs:
+        for model in results["models"]:
+            model["name"] = renames.get(model["name"], model["name"])
+        for old, new in renames.items():
+            if old in texts:
+                texts[new] = texts.pop(old)
     first = runs[0][0]
     models: dict[str, dict] = {}
     answers: dict[str, dict] = {}
@@ -259,5 +268,12 @@ def add_parser(commands) -> None:
         default=None,
         metavar="DIR",
         help="decode nothing: merge finished runs' --output-dirs (same protocol and base) into one table and front",
+    )
+    parser.add_argument(
+        "--rename",
+        nargs="*",
+        default=[],
+        metavar="OLD=NEW",
+        help="with --merge: adapter labels to show under another name (e.g. one that has shipped since)",
     )
     parser.set_defaults(handler=run_quality_command)
