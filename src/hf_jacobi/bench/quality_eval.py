@@ -14,7 +14,7 @@ from ..chat import encode_chat
 from ..data.prompts import encode_prompts, load_prompts
 from ..data.quality_sets import CodeTask, load_code_tasks
 from ..decoding.config import JacobiConfig
-from ..training.evaluation import SettingFigures, answer_nll, greedy_answers, measure_setting
+from ..training.evaluation import SettingFigures, answer_nll, greedy_answers, greedy_outputs, measure_setting
 from .quality import CODE_TASKS, AnswerQuality, answer_quality, passed_code_tasks
 
 
@@ -109,10 +109,14 @@ def measure_model(
         base_answers = None if base is None else base.answers[request_set.name]
         measured.quality[request_set.name] = answer_quality(answers, nll, base_answers, passed)
         measured.answers[request_set.name] = answers
+    if not protocol.settings:
+        return measured
+    # greedy once for every setting: each is checked against the same reference outputs
+    greedy = greedy_outputs(model, protocol.speed_prompts, protocol.max_new_tokens, protocol.batch_size)
     for setting, config in protocol.settings.items():
         measured.speed.append(
             measure_setting(
-                model, setting, config, protocol.speed_prompts, protocol.max_new_tokens, protocol.batch_size
+                model, setting, config, protocol.speed_prompts, protocol.max_new_tokens, protocol.batch_size, greedy
             )
         )
     return measured
