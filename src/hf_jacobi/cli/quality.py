@@ -102,6 +102,23 @@ def _record(args: argparse.Namespace, protocol, model_name: str) -> dict:
     }
 
 
+def _comparable(protocol: dict) -> dict:
+    """A protocol with its Jacobi settings filled to every field of today's JacobiConfig: a run written before a field
+    existed stored fewer keys, and the field's default is what that run decoded with."""
+    from ..decoding.config import JacobiConfig
+
+    settings = {name: JacobiConfig(**values).to_dict() for name, values in protocol.get("settings", {}).items()}
+    return {**protocol, "settings": settings}
+
+
+def _comparable_model(model: dict) -> dict:
+    """A model's figures with each speed setting filled the same way (see `_comparable`)."""
+    from ..decoding.config import JacobiConfig
+
+    speed = [{**entry, "settings": JacobiConfig(**entry["settings"]).to_dict()} for entry in model["speed"]]
+    return {**model, "speed": speed}
+
+
 def _earlier_base(folder: Path, record: dict):
     """The base model's result from an earlier run in `folder`, refused unless that run used the same protocol."""
     from ..bench.quality_eval import ModelQuality
@@ -113,6 +130,7 @@ def _earlier_base(folder: Path, record: dict):
         raise CliError(f"--base-results {folder}: cannot read its quality.json / answers.json ({error})") from error
     earlier = {key: results.get("protocol", {}).get(key) for key in record}
     earlier["model"] = results.get("model")
+    earlier, record = _comparable(earlier), _comparable(record)
     if earlier != record:
         changed = sorted(key for key in record if earlier.get(key) != record[key])
         raise CliError(f"--base-results {folder} was measured with another protocol (differs in {changed})")
@@ -171,9 +189,9 @@ def _merge(args: argparse.Namespace) -> int:
     models: dict[str, dict] = {}
     answers: dict[str, dict] = {}
     for folder, (results, texts) in zip(args.merge, runs, strict=True):
-        if (results["model"], results["protocol"]) != (first["model"], first["protocol"]):
+        if (results["model"], _comparable(results["protocol"])) != (first["model"], _comparable(first["protocol"])):
             raise CliError(f"--merge {folder} was measured with another model or protocol than {args.merge[0]}")
-        for model in results["models"]:
+        for model in map(_comparable_model, results["models"]):
             if model["name"] in models and models[model["name"]] != model:
                 raise CliError(f"--merge: {model['name']!r} has other figures in {folder} than in an earlier run")
             models.setdefault(model["name"], model)
@@ -185,7 +203,7 @@ def _merge(args: argparse.Namespace) -> int:
     measured = [ModelQuality.from_dict(m, {}) for m in ordered]
     merged = {
         "model": first["model"],
-        "protocol": first["protocol"],
+        "protocol": _comparable(first["protocol"]),
         "merged_from": [str(folder) for folder in args.merge],
         "adapters": {k: v for results, _ in runs for k, v in results.get("adapters", {}).items()},
         "models": ordered,
