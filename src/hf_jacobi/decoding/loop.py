@@ -26,7 +26,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, St
 from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.streamers import BaseStreamer
 
-from .acceptance import AcceptanceRule, acceptance_rule
+from .acceptance import AcceptanceRule, Verdict, acceptance_rule
 from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
 from .chain import DraftChain
 from .checks import check_generation_config, check_memory, widest_forward
@@ -96,18 +96,8 @@ def jacobi_decode(
     check_memory(model, config, input_ids.shape[0], input_ids.shape[1], capacity, input_ids.device)
 
     cache, slots, valid, first_scores = _prefill(model, input_ids, generation_config, model_kwargs)
-    call = model
-    if config.cache_implementation == "static":
-        width = sum(widest_forward(config, input_ids.shape[1], capacity))
-        cache, slots = to_static(model, cache, slots, width, capacity, generation_config)
-        call = verify_forward(model, config, generation_config, cache)
-    # logits at every column
-    forward = VerifyForward(call, model.dtype, {"logits_to_keep": 0} if model._supports_logits_to_keep() else {})
-    first_scores = logits_processor(input_ids, first_scores)
-    if generation_config.do_sample:
-        first_tokens = torch.multinomial(torch.softmax(first_scores, dim=-1), num_samples=1).squeeze(1).tolist()
-    else:
-        first_tokens = first_scores.argmax(dim=-1).tolist()
+    cache, slots, forward = _verify_setup(model, config, generation_config, cache, slots, input_ids.shape[1], capacity)
+    first_tokens = _first_tokens(logits_processor(input_ids, first_scores), bool(generation_config.do_sample))
     drafter = PromptDrafter(input_ids, valid, seed=config.draft_seed)
     rows = [
         RowState(index, drafter.prompts[index][:] if valid[index].any() else [], int(position) + 1)
@@ -143,6 +133,26 @@ def jacobi_decode(
         forward_tokens=torch.tensor([row.forward_tokens for row in rows], device=device),
         recycled_tokens=torch.tensor([row.recycled_tokens for row in rows], device=device),
     )
+
+
+def _verify_setup(model, config: JacobiConfig, generation_config, cache, slots, prompt_width: int, capacity: int):
+    """The cache, its slots and the verify forward every step uses: the prefill's dynamic cache and the model itself,
+    or, on the static path, the same KV moved into a preallocated cache and the (possibly compiled) call over it."""
+    call = model
+    if config.cache_implementation == "static":
+        width = sum(widest_forward(config, prompt_width, capacity))
+        cache, slots = to_static(model, cache, slots, width, capacity, generation_config)
+        call = verify_forward(model, config, generation_config, cache)
+    # logits at every column
+    forward = VerifyForward(call, model.dtype, {"logits_to_keep": 0} if model._supports_logits_to_keep() else {})
+    return cache, slots, forward
+
+
+def _first_tokens(scores: torch.Tensor, do_sample: bool) -> list[int]:
+    """Each row's first new token from the prefill's processed scores, drawn or argmax as greedy/sampling would."""
+    if do_sample:
+        return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
+    return scores.argmax(dim=-1).tolist()
 
 
 def _step(
@@ -189,23 +199,37 @@ def _step(
 
     orders, keeps = [list(range(layout.width)) for _ in running], [0] * len(running)
     for local, row in live:
-        branches = layout.branches[local]
-        verdict = accept(branches, scores[local], predictions[local])
-        taken = committed.commit(row, verdict.tokens)
-        row.forward_passes += 1
-        row.forward_tokens += layout.columns_used[local]
-        if verdict.branch:
-            row.recycled_tokens += min(verdict.accepted, taken)
-        outcome = StepOutcome(row.text, taken, verdict, branches, predictions[local])
-        for proposer in row.proposers:
-            proposer.observe(outcome)
-        row.position += taken
-        kept = verdict.columns[:taken]
+        kept = _commit_row(
+            row,
+            layout,
+            local,
+            accept(layout.branches[local], scores[local], predictions[local]),
+            committed,
+            predictions[local],
+        )
         kept_set = set(kept)
         orders[local] = kept + [c for c in range(layout.width) if c not in kept_set]
         keeps[local] = len(kept)
     slots.commit_columns(cache, orders, keeps, query_positions)
     slots.maybe_compact(cache)
+
+
+def _commit_row(
+    row: RowState, layout: StepLayout, local: int, verdict: Verdict, committed: CommittedText, prediction: list[int]
+) -> list[int]:
+    """Commits one row's accepted tokens, updates its counters and proposers, and returns the forward columns whose KV
+    it keeps, in order."""
+    branches = layout.branches[local]
+    taken = committed.commit(row, verdict.tokens)
+    row.forward_passes += 1
+    row.forward_tokens += layout.columns_used[local]
+    if verdict.branch:
+        row.recycled_tokens += min(verdict.accepted, taken)
+    outcome = StepOutcome(row.text, taken, verdict, branches, prediction)
+    for proposer in row.proposers:
+        proposer.observe(outcome)
+    row.position += taken
+    return verdict.columns[:taken]
 
 
 def _prefill(model, input_ids: torch.Tensor, generation_config: GenerationConfig, model_kwargs: dict):
