@@ -161,7 +161,18 @@ def heldout_curve(path: str) -> list[dict]:
 
 # --------------------------------------------------------------------------------------- the shipped adapter's rows
 
+QUALITY_FRONT = "quality-cpu/front"
+"""The answer-quality study of every adapter (`hf-jacobi quality`, merged with --merge)."""
+SHIPPED_QUALITY = "repair-shipped"
+"""The shipped adapter's name in that study."""
+
+
+def quality_model(name: str) -> dict:
+    return next(m for m in load(f"{QUALITY_FRONT}/quality.json")["models"] if m["name"] == name)
+
+
 # the rounds of the shipped chain, each with the evaluation files that hold its held-out figures
+REPAIR = "lora-r16-base-targets-step100"
 ROUND4 = "lora-r16-round4-w16"
 ROUND3 = "lora-r16-onpolicy-kl1-anchor300"
 ROUND2 = "lora-r16-round2-kl1"
@@ -171,14 +182,15 @@ PACKAGES_ROWS = [  # (label, evaluation of the 16 `packages` test prompts at 64 
     ("full fine-tune instead of round 1 (not shipped)", "evaluate-full"),
     ("round 2, KL anchor", f"evaluate-{ROUND2}"),
     ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-{ROUND3}"),
-    ("**round 4, on-policy, noise window 16 (shipped)**", f"evaluate-{ROUND4}"),
+    ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-{ROUND4}"),
 ]
 HUMANEVAL_ROWS = [
     ("base SmolLM2-135M-Instruct", None),
     ("round 1 (LoRA r16)", "evaluate-humaneval"),
     ("round 2, KL anchor", f"evaluate-humaneval-{ROUND2}"),
     ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-humaneval-{ROUND3}"),
-    ("**round 4, on-policy, noise window 16 (shipped)**", f"evaluate-humaneval-{ROUND4}"),
+    ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-humaneval-{ROUND4}"),
+    ("**repair round: the base's own answers as targets (shipped)**", f"evaluate-humaneval-{REPAIR}"),
 ]
 
 
@@ -224,6 +236,13 @@ def eval_humaneval(page: Page) -> str:
     return "\n".join(rows) + f"\n\nFiles: {files}."
 
 
+def quality_speed(name: str, setting: str, digits: int) -> str:
+    """`tokens/forward (tokens / forwards)` of one model and Jacobi setting in the quality study (its speed is measured
+    on the same 16 `packages` test prompts, 128 tokens, block 16, as `evaluate-128-tokens-*`)."""
+    entry = next(s for s in quality_model(name)["speed"] if s["name"] == setting)
+    return f"{entry['tokens_per_forward']:.{digits}f} ({entry['new_tokens']:,} / {entry['forwards']:,})"
+
+
 @block("eval-128-tokens")
 def eval_128_tokens(page: Page) -> str:
     r3, r4 = evaluation("evaluate-128-tokens-shipped"), evaluation(f"evaluate-128-tokens-{ROUND4}")
@@ -233,13 +252,13 @@ def eval_128_tokens(page: Page) -> str:
         f"| base SmolLM2-135M-Instruct | {r4[0].tpf('plain')} ({r4[0].counts('plain')}) | "
         f"{r4[0].tpf('both', 2)} ({r4[0].counts('both')}) |",
         f"| round 3 | {r3[1].tpf('plain')} ({r3[1].counts('plain')}) | {r3[1].tpf('both', 2)} ({r3[1].counts('both')}) |",
-        f"| **round 4 (shipped)** | **{r4[1].tpf('plain')}** ({r4[1].counts('plain')}) | **{r4[1].tpf('both', 2)}** "
-        f"({r4[1].counts('both')}) |",
+        f"| round 4 | {r4[1].tpf('plain')} ({r4[1].counts('plain')}) | {r4[1].tpf('both', 2)} ({r4[1].counts('both')}) |",
+        f"| **repair round (shipped)** | **{quality_speed(SHIPPED_QUALITY, 'plain', 3)}** | "
+        f"**{quality_speed(SHIPPED_QUALITY, 'both', 2)}** |",
     ]
-    files = f"{page.ref(f'{JF}/evaluate-128-tokens-{ROUND4}.json')}; round 3's: " + page.ref(
-        f"{JF}/evaluate-128-tokens-shipped.json"
-    )
-    return "\n".join(rows) + f"\n\nFiles: {files} (named for the adapter it shipped as then)."
+    files = f"{page.ref(f'{JF}/evaluate-128-tokens-{ROUND4}.json')}, {page.ref(f'{QUALITY_FRONT}/quality.json')}"
+    shipped = page.ref(f"{JF}/evaluate-128-tokens-shipped.json")
+    return "\n".join(rows) + f"\n\nFiles: {files}; round 3's: {shipped} (named for the adapter it shipped as then)."
 
 
 @block("untrained-acceptance")
@@ -258,60 +277,68 @@ def _speedup(row: dict) -> str:
 
 @block("glance")
 def glance(page: Page) -> str:
-    p128 = evaluation(f"evaluate-128-tokens-{ROUND4}")
-    he = evaluation(f"evaluate-humaneval-{ROUND4}")
+    he = evaluation(f"evaluate-humaneval-{REPAIR}")
     untrained_cpu = bench_rows(f"{JF}/bench-untrained/bench.json")["Jacobi recycling n=8"]
     trained_cpu = bench_rows(f"{JF}/bench-round4/bench.json")["Jacobi recycling n=8"]
     h200_u = bench_rows("gpu-h200/untrained-b1/bench.json")["Jacobi both n=16"]
     h200_t = bench_rows("gpu-h200/trained-b1/bench.json")["Jacobi both n=16"]
-    h100 = bench_rows("gpu-h100/bench-trained-batch8/bench.json")["Jacobi both n=16"]
-    h200_b8 = bench_rows("gpu-h200/untrained-b8/bench.json")["Jacobi both n=16"]
-    h200_b8t = bench_rows("gpu-h200/trained-b8/bench.json")["Jacobi both n=16"]
-    f128, fhe = f"{JF}/evaluate-128-tokens-{ROUND4}.json", f"{JF}/evaluate-humaneval-{ROUND4}.json"
+    fhe, fq = f"{JF}/evaluate-humaneval-{REPAIR}.json", f"{QUALITY_FRONT}/quality.json"
+    base_q, shipped_q = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
     rows = [
         "| held out, every output identical to greedy | untrained | shipped adapter | file |",
         "|---|---:|---:|---|",
         f"| plain Jacobi, tokens per forward (16 `packages` prompts, 128 tokens, block 16) | "
-        f"{p128[0].tpf('plain')} | **{p128[1].tpf('plain')}** | {page.ref(f128)} |",
-        f"| 2 blocks + recycling, tokens per forward (same prompts) | {p128[0].tpf('both', 2)} | "
-        f"**{p128[1].tpf('both', 2)}** | {page.ref(f128)} |",
+        f"{quality_speed('base', 'plain', 3).split()[0]} | **{quality_speed(SHIPPED_QUALITY, 'plain', 3).split()[0]}** | "
+        f"{page.ref(fq)} |",
+        f"| 2 blocks + recycling, tokens per forward (same prompts) | {quality_speed('base', 'both', 2).split()[0]} | "
+        f"**{quality_speed(SHIPPED_QUALITY, 'both', 2).split()[0]}** | {page.ref(fq)} |",
         f"| plain Jacobi, tokens per forward (16 HumanEval problems, block 8) | {he[0].tpf('plain')} | "
         f"**{he[1].tpf('plain')}** | {page.ref(fhe)} |",
         f"| block 8 + recycling, tokens per forward (same problems) | {he[0].tpf('recycling', 2)} | "
         f"**{he[1].tpf('recycling', 2)}** | {page.ref(fhe)} |",
-        f"| NLL of HumanEval's canonical solutions vs the base (bar 1.10x) | 1.000x | "
-        f"{he[1].canonical_ratio:.3f}x | {page.ref(fhe)} |",
-        f"| 2-core CPU, batch 1: block 8 + recycling vs compiled greedy (4 prompts) | {_speedup(untrained_cpu)} | "
-        f"**{_speedup(trained_cpu)}** | {page.ref(f'{JF}/bench-untrained/bench.json', 'untrained')}, "
-        f"{page.ref(f'{JF}/bench-round4/bench.json', 'shipped')} |",
-        f"| one H200, batch 1: 2 blocks + recycling vs compiled greedy without CUDA graphs, superseded (8 prompts) | {_speedup(h200_u)} | "
-        f"**{_speedup(h200_t)}** | {page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')}, "
-        f"{page.ref('gpu-h200/trained-b1/bench.json', 'shipped')} |",
-        f"| GPU, batch 8: same, superseded (16 prompts) | {_speedup(h200_b8)} (H200) | "
-        f"**{_speedup(h100)}** (H100), {_speedup(h200_b8t)} (H200) | "
-        f"{page.ref('gpu-h200/untrained-b8/bench.json', 'H200 untrained')}, "
-        f"{page.ref('gpu-h100/bench-trained-batch8/bench.json', 'H100')}, "
-        f"{page.ref('gpu-h200/trained-b8/bench.json', 'H200 shipped')} |",
+        f"| answers collapsed into a loop, 48 plain chat requests (128 tokens) | "
+        f"{base_q['requests']['collapsed']} | {shipped_q['requests']['collapsed']} | {page.ref(fq)} |",
+        f"| answers collapsed into a loop / passing their tests, 32 code requests | "
+        f"{base_q['code-tasks']['collapsed']} / {base_q['code-tasks']['code_passed']} | "
+        f"{shipped_q['code-tasks']['collapsed']} / {shipped_q['code-tasks']['code_passed']} | {page.ref(fq)} |",
+        f"| 2-core CPU, batch 1: block 8 + recycling vs compiled greedy (4 prompts; round 4, not re-measured) | "
+        f"{_speedup(untrained_cpu)} | {_speedup(trained_cpu)} | "
+        f"{page.ref(f'{JF}/bench-untrained/bench.json', 'untrained')}, "
+        f"{page.ref(f'{JF}/bench-round4/bench.json', 'round 4')} |",
+        f"| one H200, batch 1: 2 blocks + recycling vs compiled greedy without CUDA graphs (round 4, superseded) | "
+        f"{_speedup(h200_u)} | {_speedup(h200_t)} | "
+        f"{page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')}, "
+        f"{page.ref('gpu-h200/trained-b1/bench.json', 'round 4')} |",
     ]
     return "\n".join(rows)
 
 
 @block("quality-summary")
 def quality_summary(page: Page) -> str:
-    packages, he = trained(f"evaluate-{ROUND4}"), evaluation(f"evaluate-humaneval-{ROUND4}")
-    packages_base = base(f"evaluate-{ROUND4}")
-    raw = bench_rows(f"{JF}/bench-humaneval-round4/bench.json")
-    score = next(iter(raw.values()))["score"]
-    base_score = bench_rows("cpu-humaneval-raw.json")["AR (generate)"]["score"]
+    base_q, ours = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
+    round4 = quality_model("round4")["quality"]
+    chat, code, base_chat, base_code = ours["requests"], ours["code-tasks"], base_q["requests"], base_q["code-tasks"]
+    he = trained(f"evaluate-humaneval-{REPAIR}")
     return (
-        f"Distinct 3-grams of the shipped adapter's greedy answers: "
-        f"{packages.distinct / packages_base.distinct:.2f}x the base model's on `packages`, "
-        f"{he[1].distinct / he[0].distinct:.2f}x on HumanEval (bar 0.8x; "
-        f"{page.ref(f'{JF}/evaluate-{ROUND4}.json')}, {page.ref(f'{JF}/evaluate-humaneval-{ROUND4}.json')}). "
-        f"HumanEval pass@1 on the first 30 problems as raw completions: {score:.1%} with the adapter, "
-        f"{base_score:.1%} without ({page.ref(f'{JF}/bench-humaneval-round4/bench.json')}, "
-        f"{page.ref('cpu-humaneval-raw.json')}): a 135M model solves none of them."
+        f"On 48 plain chat requests no training run saw (greedy, 128 tokens), the shipped adapter's answers collapse "
+        f"into a loop {chat['collapsed']} times (base {base_chat['collapsed']}, the round-4 adapter it replaces "
+        f"{round4['requests']['collapsed']}), their distinct 3-grams are "
+        f"{chat['distinct_3grams'] / base_chat['distinct_3grams']:.2f}x the base's and the base model's NLL of them "
+        f"{chat['base_nll'] / base_chat['base_nll']:.2f}x its NLL of its own (bars: 3 points, 0.9x, 1.2x). On 32 code "
+        f"requests run against their tests it passes {code['code_passed']} (base {base_code['code_passed']}), but "
+        f"{code['collapsed']} of its answers loop (base {base_code['collapsed']}, round 4 "
+        f"{round4['code-tasks']['collapsed']}): the quality cost that remains is in code. HumanEval's canonical "
+        f"solutions: {he.canonical_ratio:.3f}x the base's NLL. Every round side by side: "
+        f"{page.ref(f'{QUALITY_FRONT}/quality.md')} and {page.ref(f'{QUALITY_FRONT}/quality.png', 'its plot')}."
     )
+
+
+@block("quality-front")
+def quality_front(page: Page) -> str:
+    files = ", ".join(
+        page.ref(f"{QUALITY_FRONT}/{name}") for name in ("quality.json", "quality.md", "answers.json", "quality.png")
+    )
+    return f"{markdown_table(f'{QUALITY_FRONT}/quality.md')}\n\nFiles: {files}."
 
 
 # ------------------------------------------------------------------------------------------------- the model card
@@ -332,6 +359,12 @@ def _curve_table(path: str, reference: str, first: str) -> str:
             f"| {step} | {tpf} | {entry['heldout/distinct_3grams']:.3f} | {entry['heldout/reference_nll']:.3f} |"
         )
     return "\n".join(rows)
+
+
+@block("card-curve-repair")
+def card_curve_repair(page: Page) -> str:
+    path = f"{JF}/training-states/lora-r16-base-targets/trainer_state.json"
+    return _curve_table(path, "round-4", "round 4") + f"\n\nFile: {page.ref(path)}."
 
 
 @block("card-curve-round4")
@@ -355,6 +388,7 @@ def card_gains(page: Page) -> str:
     plain = t.setting("plain")["tokens_per_forward"] / b.setting("plain")["tokens_per_forward"]
     he_plain = ht.setting("plain")["tokens_per_forward"] / hb.setting("plain")["tokens_per_forward"]
     return (
+        f"Round 4 (shipped until 2026-11-26): "
         f"Plain Jacobi accepts {plain:.2f}x the base model's tokens per forward on the `packages` test prompts and "
         f"{he_plain:.2f}x on HumanEval. The NLL of the 164 canonical solutions (given their prompts as raw "
         f"completions) is {ht.canonical_ratio:.3f}x the base's, inside the 1.10x bar set for quality (round 3: "
