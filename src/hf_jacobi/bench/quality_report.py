@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..figures import save_figure
 from .quality_eval import ModelQuality, relative, targets_met
 
 
@@ -80,9 +81,4 @@ def plot_front(models: list[ModelQuality], path: str | Path, request_set: str) -
         axis.set_title(label, fontsize=9)
         axis.grid(alpha=0.3)
     figure.suptitle(f"speed against quality ({request_set}; code tasks for the last panel)", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..atomic import write_text
+from ..figures import save_figure
 from ..hub.results import markdown_table
 from .runner import AR_COMPILE_MODE, AR_COMPILED, JACOBI, BenchRun
 
@@ -201,6 +202,4 @@ def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
         if jacobi:
             ax.legend(title="Jacobi variant", fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

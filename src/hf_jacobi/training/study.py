@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..figures import save_figure
 from .heldout import PREFIX, heldout_curve
 
 STATE_FILE = "trainer_state.json"
@@ -126,9 +127,4 @@ def plot(runs: list[RunCurve], path: str | Path, title: str = "held-out tokens p
     axis.set_title(title)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: inside, it hid curves
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
