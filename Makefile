@@ -65,23 +65,15 @@ fuzz: setup
 	HF_JACOBI_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -m fuzz tests/test_properties.py \
 		--hypothesis-show-statistics
 
-# The GPU figures of docs/results/gpu-h100 and gpu-h200 on a CUDA machine (after `make setup TORCH_SPEC=...`; ~15
-# minutes on an H100/H200): the forward cost curve at batch 1 and 8, the demo at batch 1, the shipped adapter against
-# both greedy baselines on the 16 held-out `packages` test prompts in batches of 8 (gpu-h100), and the untrained and
-# trained model at batch 1 (8 prompts) and batch 8 (16 prompts) at block 16 (gpu-h200), 3 alternating rounds each.
-# Written to GPU_RESULTS.
+# The GPU figures of docs/results/gpu-h200-grade in one command (benchmarks/bench_gpu.py, after `make setup
+# TORCH_SPEC=...` on a CUDA machine; about 13 minutes on one H200, most of it compiling): forward-cost curves replayed as
+# CUDA graphs for the embedded model and random-weight Qwen2.5-Coder-1.5B/7B at batch 1 and 8; the shipped adapter
+# against plain and CUDA-graph greedy, Jacobi eager and compiled, float32 and bfloat16, batch 1 and 8; the projected
+# speedups. Written to GPU_RESULTS; GPU_ARGS=--tiny is the CPU smoke run of the test suite.
 GPU_RESULTS ?= runs/gpu
-GPU_BENCH := --task prompts --max-new-tokens 128 --rounds 3 --block-sizes 16 --variants plain both
+GPU_ARGS ?=
 bench-gpu: setup
-	mkdir -p $(GPU_RESULTS)
-	$(BIN)/hf-jacobi forward-cost --batch-sizes 1 8 --json $(GPU_RESULTS)/forward-cost.json
-	$(BIN)/hf-jacobi demo | tee $(GPU_RESULTS)/demo-batch1.md
-	$(BIN)/hf-jacobi bench --task prompts --limit 16 --max-new-tokens 128 --rounds 3 --block-sizes 16 32 \
-		--variants plain both --model-defaults --jacobi-forcing --batch-size 8 --output-dir $(GPU_RESULTS)/bench-trained-batch8
-	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 8 --batch-size 1 --model-defaults --jacobi-forcing --output-dir $(GPU_RESULTS)/trained-b1
-	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 8 --batch-size 1 --output-dir $(GPU_RESULTS)/untrained-b1
-	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 16 --batch-size 8 --model-defaults --jacobi-forcing --output-dir $(GPU_RESULTS)/trained-b8
-	$(BIN)/hf-jacobi bench $(GPU_BENCH) --limit 16 --batch-size 8 --output-dir $(GPU_RESULTS)/untrained-b8
+	$(BIN)/python benchmarks/bench_gpu.py --output-dir $(GPU_RESULTS) $(GPU_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis site

@@ -270,3 +270,24 @@ def test_tune_and_bench_commands_refuse_bad_input(capsys):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2
+
+
+def test_the_compiled_path_twins_each_jacobi_setting_on_a_static_compiled_cache(gemma):
+    """`--jacobi-paths eager compiled`: every Jacobi setting twice, the twin on the static cache with its forward
+    compiled; both exact, the twin with the same forwards, and the first divergence recorded where answers differ."""
+    settings = bench_settings([4], ["both"], compiled_baseline=False, paths=["eager", "compiled"])
+    settings.append(Setting.model_defaults(gemma.generation_config, "compiled"))
+    eager, twin, default = settings[1:]
+    assert twin.name == "Jacobi both n=4 (compiled static cache)" and twin.compiled and not eager.compiled
+    assert (twin.config.cache_implementation, twin.config.compile) == ("static", "always")
+    assert twin.config.block_size == eager.config.block_size and twin.config.num_blocks == 2
+    assert default.compiled and "compiled static cache" in default.name
+    assert twin.generate_kwargs(gemma.device)["jacobi_cache_implementation"] == "static"
+    with pytest.raises(ValueError, match="unknown Jacobi path 'graph'"):
+        bench_settings([4], ["both"], paths=["graph"])
+    run = run_bench(gemma, tiny_tokenizer(), word_task(2), settings[:3], max_new_tokens=12, progress=False)
+    rows = report.summarize(run)
+    assert [r["path"] for r in rows] == ["eager", "eager", "compiled"]
+    assert rows[1]["forwards"] == rows[2]["forwards"] and all(r["identical"] == 2 for r in rows)
+    assert all(r["differing_common_prefix"] is None for r in rows)
+    assert all(s.common_prefix == s.new_tokens for s in run.samples)

@@ -151,13 +151,22 @@ def test_compacting_after_every_step_changes_nothing(monkeypatch):
 
 
 def test_later_calls_reuse_the_longest_cache_so_shapes_repeat(spy):
+    """Shorter prompts keep the first call's cache length, and the cache itself (its tensors' addresses, which a CUDA
+    graph is recorded for) is reused, rewound, without the earlier call's keys and values leaking into the output."""
     model = enable_jacobi(fresh_tiny_model("llama", 0))
-    kwargs = {"do_sample": False, "max_new_tokens": 20, "decoding": "jacobi", **STATIC, "jacobi_block_size": 4}
+    kwargs = {"do_sample": False, "max_new_tokens": 20}
+    jacobi = {"decoding": "jacobi", **STATIC, "jacobi_block_size": 4}
     for length in (12, 5, 9):
         ids, mask = random_prompts(2, length, seed=length)
-        model.generate(ids, attention_mask=mask, **kwargs)
+        out = model.generate(ids, attention_mask=mask, **kwargs, **jacobi)
+        assert torch.equal(out, model.generate(ids, attention_mask=mask, **kwargs))
     lengths = [cache.layers[0].max_cache_len for cache, _, _ in spy["caches"]]
     assert lengths == [64, 64, 64]  # 12 + 20 + 4 rounded up to a multiple of 64, then kept
+    assert len({id(cache) for cache, _, _ in spy["caches"]}) == 1
+    assert len({tuple(pointers) for _, pointers, _ in spy["caches"]}) == 1
+    ids, mask = random_prompts(3, 9, seed=3)  # another batch size: a cache of its own
+    model.generate(ids, attention_mask=mask, **kwargs, **jacobi)
+    assert spy["caches"][-1][0] is not spy["caches"][0][0]
 
 
 def test_sampling_on_the_static_path_draws_what_the_dynamic_path_draws():

@@ -280,8 +280,6 @@ def glance(page: Page) -> str:
     he = evaluation(f"evaluate-humaneval-{REPAIR}")
     untrained_cpu = bench_rows(f"{JF}/bench-untrained/bench.json")["Jacobi recycling n=8"]
     trained_cpu = bench_rows(f"{JF}/bench-round4/bench.json")["Jacobi recycling n=8"]
-    h200_u = bench_rows("gpu-h200/untrained-b1/bench.json")["Jacobi both n=16"]
-    h200_t = bench_rows("gpu-h200/trained-b1/bench.json")["Jacobi both n=16"]
     fhe, fq = f"{JF}/evaluate-humaneval-{REPAIR}.json", f"{QUALITY_FRONT}/quality.json"
     base_q, shipped_q = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
     rows = [
@@ -305,10 +303,8 @@ def glance(page: Page) -> str:
         f"{_speedup(untrained_cpu)} | {_speedup(trained_cpu)} | "
         f"{page.ref(f'{JF}/bench-untrained/bench.json', 'untrained')}, "
         f"{page.ref(f'{JF}/bench-round4/bench.json', 'round 4')} |",
-        f"| one H200, batch 1: 2 blocks + recycling vs compiled greedy without CUDA graphs (round 4, superseded) | "
-        f"{_speedup(h200_u)} | {_speedup(h200_t)} | "
-        f"{page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')}, "
-        f"{page.ref('gpu-h200/trained-b1/bench.json', 'round 4')} |",
+        f"| one H200, batch 1, float32: 2 blocks + recycling on the compiled static cache vs CUDA-graph greedy | - | "
+        f"**{grade_best('float32')['speedup_vs_best_greedy']:.2f}x** | {page.ref(GRADE + '/gpu-grade.json', 'gpu-grade.json')} |",
     ]
     return "\n".join(rows)
 
@@ -769,6 +765,89 @@ GPU_LABELS = {
     "Jacobi both n=32": "Jacobi 2 blocks + recycling (pool 4), block 32",
     "Jacobi default (block 8, pool 4)": "shipped (CPU) default: block 8, pool 4",
 }
+
+
+GRADE = "gpu-h200-grade"
+
+
+def grade_rows(dtype: str | None = None, batch: int | None = None) -> list[dict]:
+    """The decoding rows of the GPU-grade run (benchmarks/bench_gpu.py), of one dtype and batch size when given."""
+    rows = load(f"{GRADE}/gpu-grade.json")["decode"]
+    return [r for r in rows if dtype in (None, r["dtype"]) and batch in (None, r["batch_size"])]
+
+
+def grade_best(dtype: str, batch: int = 1) -> dict:
+    """The fastest Jacobi row of one dtype and batch size."""
+    return max((r for r in grade_rows(dtype, batch) if r["kind"] == "jacobi"), key=lambda r: r["tokens_per_s"])
+
+
+@block("gpu-grade-decode")
+def gpu_grade_decode(page: Page) -> str:
+    rows = [
+        "| dtype | setting | tokens/forward | tok/s | vs plain `generate` | vs CUDA-graph greedy | speedup / "
+        "tokens per forward | identical to `generate` |",
+        "|---|---|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for dtype in ("float32", "bfloat16"):
+        best = grade_best(dtype)
+        for r in grade_rows(dtype, 1):
+            cells = [
+                dtype,
+                r["setting"].replace("AR (static cache + compile)", "AR (static cache + compile, CUDA graphs)"),
+                f"{r['tokens_per_forward']:.2f}",
+                f"{r['tokens_per_s']:.1f}",
+                f"{r['speedup_vs_generate']:.2f}x",
+                f"{r['speedup_vs_best_greedy']:.2f}x",
+                "-" if r["speedup_per_token_per_forward"] is None else f"{r['speedup_per_token_per_forward']:.2f}",
+                f"{r['identical']}/{r['samples']}",
+            ]
+            if r is best:
+                cells = [f"**{c}**" if i > 0 else c for i, c in enumerate(cells)]
+            rows.append(f"| {' | '.join(cells)} |")
+    env = load(f"{GRADE}/gpu-grade.json")["environment"]
+    return "\n".join(rows) + (
+        f"\n\n{env['nvidia_smi']} (driver), torch {env['torch']}, transformers {env['transformers']}, CUDA "
+        f"{env['cuda']}. Files: {page.ref(GRADE + '/gpu-grade.json', 'gpu-grade.json')}, "
+        f"{page.ref(GRADE + '/decode-float32-b1/bench.json', 'float32')} and "
+        f"{page.ref(GRADE + '/decode-bfloat16-b1/bench.json', 'bfloat16')} bench.json."
+    )
+
+
+@block("gpu-grade-projection")
+def gpu_grade_projection(page: Page) -> str:
+    data = load(f"{GRADE}/gpu-grade.json")
+    paper = data["paper_tokens_per_forward"]
+    rows = [
+        "| architecture (random weights) | dtype | width | forward cost vs 1 token | projected at the measured "
+        f"tokens/forward | projected at the paper's {paper} |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for p in data["projections"]:
+        rows.append(
+            f"| {p['architecture']} | {p['dtype']} | {p['width']} | {p['cost_vs_one_token']:.2f} | "
+            f"{p['projected_speedup']:.2f}x (at {p['measured_tokens_per_forward']:.2f}) | "
+            f"{p['projected_speedup_at_paper_tpf']:.2f}x |"
+        )
+    curves = ", ".join(
+        page.ref(f"{GRADE}/curve-{a}-{d}.json", f"{a} {d}")
+        for a, d in (
+            ("smollm2-135m", "float32"),
+            ("smollm2-135m", "bfloat16"),
+            ("qwen2.5-coder-1.5b", "bfloat16"),
+            ("qwen2.5-coder-7b", "bfloat16"),
+        )
+    )
+    return "\n".join(rows) + f"\n\nCurves (batch 1 and 8, widths 1-256): {curves}."
+
+
+@block("gpu-grade-sentence")
+def gpu_grade_sentence(page: Page) -> str:
+    fp32, bf16 = grade_best("float32"), grade_best("bfloat16")
+    return (
+        f"{fp32['speedup_vs_best_greedy']:.2f}x CUDA-graph greedy in float32 ({fp32['tokens_per_forward']:.2f} tokens "
+        f"per forward, {fp32['identical']}/{fp32['samples']} identical) and {bf16['speedup_vs_best_greedy']:.2f}x in "
+        f"bfloat16 ({bf16['identical']}/{bf16['samples']} identical to bfloat16 `generate`)"
+    )
 
 
 @block("gpu-h200-batch1")

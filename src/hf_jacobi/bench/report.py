@@ -20,7 +20,7 @@ import torch
 from ..atomic import write_text
 from ..figures import save_figure
 from ..hub.results import markdown_table
-from .runner import AR_COMPILE_MODE, AR_COMPILED, JACOBI, BenchRun
+from .runner import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, BenchRun
 
 __all__ = [
     "fmt",
@@ -64,12 +64,14 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
         rates = [tokens / s for s in seconds] if timings and all(seconds) else []
         per_round.append(rates)
         scored = [s for s in samples if s.correct is not None]
+        differing = [s.common_prefix for s in samples if not s.identical]
         rows.append(
             {
                 "setting": setting.name,
                 "kind": setting.kind,
                 "block_size": setting.block_size,
                 "variant": setting.variant,
+                "path": COMPILED if setting.kind == JACOBI and setting.compiled else EAGER,
                 "samples": len(samples),
                 "score": sum(bool(s.correct) for s in scored) / len(scored) if scored else None,
                 "new_tokens": tokens,
@@ -83,6 +85,7 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
                 "decode_tokens_per_s": statistics.median(tokens / d for d in decode) if timings else None,
                 "ended_on_eos": sum(s.ended_on_eos for s in samples),
                 "identical": sum(s.identical for s in samples),
+                "differing_common_prefix": statistics.mean(differing) if differing else None,
                 "collapsed": sum(s.collapsed for s in samples),
             }
         )
@@ -138,6 +141,17 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
             f"Timed {rows[0]['rounds']} rounds over the whole set, settings alternating within each batch: tok/s is "
             "the median round (slowest-fastest in brackets), speedups the median of the per-round ratios."
         )
+    if any(r.get("differing_common_prefix") is not None for r in rows):
+        lines.append(
+            "Where a setting's answers differ from plain AR's (only in a reduced precision: in float32 every Jacobi "
+            "setting is exact), bench.json's differing_common_prefix is the mean number of tokens they share with "
+            "greedy's before departing."
+        )
+    if any(r.get("path") == COMPILED for r in rows):
+        lines.append(
+            "(compiled static cache) = the same Jacobi setting on a static cache with its verify forward compiled "
+            f"(transformers' default CompileConfig, mode {AR_COMPILE_MODE!r}); the warm-up builds its graph untimed."
+        )
     if any(setting.kind == AR_COMPILED for setting in run.settings):
         lines.append(
             f"AR (static cache + compile) = greedy on a static cache with torch.compile mode {AR_COMPILE_MODE!r} "
@@ -181,11 +195,15 @@ def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
 
     jacobi = [r for r in rows if r["kind"] == JACOBI]
     fig, (tpf_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for variant in dict.fromkeys(r["variant"] for r in jacobi):
-        points = sorted((r["block_size"], r) for r in jacobi if r["variant"] == variant)
+    for variant, how in dict.fromkeys((r["variant"], r.get("path", EAGER)) for r in jacobi):
+        points = sorted(
+            ((r["block_size"], r) for r in jacobi if (r["variant"], r.get("path", EAGER)) == (variant, how)),
+            key=lambda point: point[0],
+        )
         blocks = [b for b, _ in points]
-        tpf_ax.plot(blocks, [r["tokens_per_forward"] for _, r in points], marker="o", label=variant)
-        speed_ax.plot(blocks, [r["speedup_vs_ar"] for _, r in points], marker="o", label=variant)
+        label = variant if how == EAGER else f"{variant} ({how})"
+        tpf_ax.plot(blocks, [r["tokens_per_forward"] for _, r in points], marker="o", label=label)
+        speed_ax.plot(blocks, [r["speedup_vs_ar"] for _, r in points], marker="o", label=label)
     for r in rows:
         if r["kind"] != JACOBI and r["speedup_vs_ar"] is not None:
             speed_ax.axhline(r["speedup_vs_ar"], linestyle="--", linewidth=1, color="gray")

@@ -12,7 +12,7 @@ Batches run every setting back to back, so slow drift of the machine's speed tou
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -35,6 +35,12 @@ AR_COMPILE_MODE = "reduce-overhead"
 """torch.compile mode of the compiled greedy baseline: transformers' own default for a compiled static cache, which on
 CUDA replays the decoding step as a CUDA graph (mode "default" does not), i.e. the strongest greedy a user gets from
 `generate`. Recorded in bench.json and the notes, since figures against another mode do not compare."""
+EAGER = "eager"
+COMPILED = "compiled"
+JACOBI_PATHS = (EAGER, COMPILED)
+"""How a Jacobi setting runs its verify forwards: eagerly on the dynamic cache (the default path), or on the static
+cache with the forward compiled (`jacobi_cache_implementation="static"`, `jacobi_compile="always"`: transformers'
+default `CompileConfig`, mode "reduce-overhead", i.e. a CUDA graph on a GPU), so that both compiled paths compare."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +54,24 @@ class Setting:
     config: JacobiConfig | None = None  # a Jacobi setting given whole (the model's defaults), not as a variant
 
     @classmethod
-    def model_defaults(cls, generation_config) -> Setting:
+    def model_defaults(cls, generation_config, path: str = EAGER) -> Setting:
         """The Jacobi settings `generate(decoding="jacobi")` uses for this model with no other argument: what a user
-        of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time."""
-        config = JacobiConfig.from_generation_config(generation_config)
+        of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time; on the compiled
+        path, the same settings with the static cache and a compiled forward."""
+        config = _on_path(JacobiConfig.from_generation_config(generation_config), path)
         return cls(f"Jacobi default ({config.describe()})", JACOBI, config.block_size, DEFAULT_VARIANT, config)
+
+    @classmethod
+    def jacobi(cls, variant: str, block_size: int, path: str = EAGER) -> Setting:
+        """One benchmarked variant at one block size, on the eager or the compiled path."""
+        config = _on_path(variant_config(variant, block_size), path)
+        suffix = "" if path == EAGER else " (compiled static cache)"
+        return cls(f"Jacobi {variant} n={block_size}{suffix}", JACOBI, block_size, variant, config)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether its first call compiles a graph (which the warm-up must pay for, at the shapes the timing uses)."""
+        return self.kind == AR_COMPILED or (self.config is not None and self.config.compile == "always")
 
     def generate_kwargs(self, device: torch.device) -> dict[str, Any]:
         if self.kind == AR:
@@ -72,17 +91,32 @@ class Setting:
         return self.kind in (AR, AR_STATIC, AR_COMPILED)
 
 
-def bench_settings(block_sizes: list[int], variants: list[str], compiled_baseline: bool = True) -> list[Setting]:
-    """Plain AR first (the reference every other setting is checked against), then the compiled AR, then Jacobi."""
+def _on_path(config: JacobiConfig, path: str) -> JacobiConfig:
+    if path not in JACOBI_PATHS:
+        raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
+    if path == EAGER:
+        return config
+    return replace(config, cache_implementation="static", compile="always")
+
+
+def bench_settings(
+    block_sizes: list[int],
+    variants: list[str],
+    compiled_baseline: bool = True,
+    paths: tuple[str, ...] | list[str] = (EAGER,),
+) -> list[Setting]:
+    """Plain AR first (the reference every other setting is checked against), then the compiled AR, then Jacobi on
+    each of `paths` (eager, compiled)."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown Jacobi variants {unknown}; accepted: {list(VARIANTS)}")
     settings = [Setting("AR (generate)", AR)]
     if compiled_baseline:
         settings.append(Setting("AR (static cache + compile)", AR_COMPILED))
-    for variant in variants:
-        for block in block_sizes:
-            settings.append(Setting(f"Jacobi {variant} n={block}", JACOBI, block, variant))
+    for path in paths:
+        for variant in variants:
+            for block in block_sizes:
+                settings.append(Setting.jacobi(variant, block, path))
     return settings
 
 
@@ -101,6 +135,8 @@ class SampleResult:
     status: str = ""
     collapsed: bool = False
     """The answer ends in a loop (`bench.quality.collapsed`): tokens that are cheap to accept and worth nothing."""
+    common_prefix: int = 0
+    """Tokens it shares with greedy's answer from the start: where a differing answer (bfloat16) first departs."""
 
 
 @dataclass
@@ -154,15 +190,20 @@ def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str,
     """Untimed runs, so one-off costs (allocations, kernel selection, compilation) are charged to no setting.
 
     The compiled baseline is warmed with the full token budget on two prompt lengths: its static cache is sized per
-    call, and a new size recompiles (the second one with dynamic shapes), which must not happen while timing. If
-    compilation fails on this machine, the baseline falls back to the static cache alone and the run says so.
+    call, and a new size recompiles (the second one with dynamic shapes), which must not happen while timing. A
+    compiled Jacobi setting is warmed with the full budget on the widest batch: the static cache it sizes is kept by
+    the model and reused by every shorter call, so its one graph is built here. If compilation fails on this machine,
+    the baseline falls back to the static cache alone and the run says so.
     """
     shapes = batches[:2] if len(batches) > 1 else [batches[0], {k: v[:, 1:] for k, v in batches[0].items()}]
+    widest = max(batches, key=lambda batch: batch["input_ids"].shape[1])
     for index, setting in enumerate(list(settings)):
         try:
             if setting.kind == AR_COMPILED:
                 for batch in shapes:
                     decoder.generate(setting, batch)
+            elif setting.compiled:
+                decoder.generate(setting, widest)
             else:
                 decoder.generate(setting, shapes[0], max_new_tokens=8)
         except Exception as error:  # compilation problems come as many exception types; the fallback is the same
@@ -252,11 +293,21 @@ def _samples(decoder, setting, chunk: list[BenchItem], batch: int, inputs, outpu
                 forwards=forwards,
                 ended_on_eos=bool(tokens) and tokens[-1] in decoder.eos_ids,
                 identical=tokens == reference[i],
+                common_prefix=_common_prefix(tokens, reference[i]),
                 completion=decoder.tokenizer.decode(tokens, skip_special_tokens=True),
                 collapsed=collapsed(tokens),
             )
         )
     return results
+
+
+def _common_prefix(tokens: list[int], reference: list[int]) -> int:
+    count = 0
+    for mine, theirs in zip(tokens, reference, strict=False):
+        if mine != theirs:
+            break
+        count += 1
+    return count
 
 
 def _score(task: BenchTask, run: BenchRun) -> None:

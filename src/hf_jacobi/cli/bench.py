@@ -33,9 +33,11 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise CliError("bench writes a plot and needs matplotlib: pip install 'hf-jacobi[bench]'")
     task = _load_task(args)  # the task first: a bad --data is reported before a model is loaded
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
-    settings = bench_settings(args.block_sizes, args.variants, compiled_baseline=not args.no_compile)
+    settings = bench_settings(
+        args.block_sizes, args.variants, compiled_baseline=not args.no_compile, paths=args.jacobi_paths
+    )
     if args.model_defaults:
-        settings.append(Setting.model_defaults(loaded.model.generation_config))
+        settings += [Setting.model_defaults(loaded.model.generation_config, path) for path in args.jacobi_paths]
     meta = _run_meta(args, loaded.name, task, settings)
     partial = args.output_dir / PARTIAL
     run = run_bench(
@@ -97,6 +99,7 @@ def _run_meta(args: argparse.Namespace, model_name: str, task, settings) -> dict
         "max_new_tokens": args.max_new_tokens,
         "rounds": args.rounds,
         "ar_compile_mode": AR_COMPILE_MODE if any(s.kind == AR_COMPILED for s in settings) else None,
+        "jacobi_paths": list(args.jacobi_paths),
     }
 
 
@@ -132,6 +135,7 @@ def _add_problem_arguments(bench: argparse.ArgumentParser) -> None:
 def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
     """The model, and the Jacobi settings measured against its greedy baselines."""
     from hf_jacobi.bench.common import VARIANTS
+    from hf_jacobi.bench.runner import EAGER, JACOBI_PATHS
 
     bench.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
@@ -147,6 +151,14 @@ def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
         choices=list(VARIANTS),
         default=["plain", "both"],
         help="Jacobi variants per block size: " + "; ".join(f"{k} = {v or 'block only'}" for k, v in VARIANTS.items()),
+    )
+    bench.add_argument(
+        "--jacobi-paths",
+        nargs="+",
+        choices=list(JACOBI_PATHS),
+        default=[EAGER],
+        help="how each Jacobi setting runs: eager (dynamic cache, the default path) and/or compiled (static cache, "
+        "verify forward compiled with transformers' default CompileConfig: CUDA graphs on a GPU); default eager",
     )
     bench.add_argument(
         "--model-defaults",

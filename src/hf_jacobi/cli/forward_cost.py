@@ -30,8 +30,18 @@ def run_forward_cost_command(args: argparse.Namespace) -> int:
 
     if args.json:
         writable_output(args.json, "--json", folder=False)
-    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
-    model = loaded.model
+    if args.cuda_graphs and not torch.cuda.is_available():
+        raise CliError("--cuda-graphs replays each forward as a CUDA graph and needs a CUDA device; none is visible")
+    if args.architecture is not None:
+        if args.model is not None or args.jacobi_forcing or args.adapter is not None:
+            raise CliError(
+                f"--architecture {args.architecture} builds a random model: drop --model/--jacobi-forcing/--adapter"
+            )
+        model, name = _random_model(args.architecture, args.dtype)
+        describe = f"model: {name} | device: {model.device} | dtype: {args.dtype}"
+    else:
+        loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
+        model, name, describe = loaded.model, loaded.name, loaded.describe(args.dtype)
     widths = sorted({1, *args.widths})
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and args.context + widths[-1] > limit:
@@ -46,20 +56,25 @@ def run_forward_cost_command(args: argparse.Namespace) -> int:
         context = torch.randint(0, model.config.vocab_size, (batch_size, args.context), generator=generator)
         context = context.to(model.device)
         forward_cost_curve(model, context, [1, widths[-1]], repeats=2)  # warm-up: kernels, allocator, clocks
-        curves.append({"batch_size": batch_size, "curve": forward_cost_curve(model, context, widths, args.repeats)})
+        curve = forward_cost_curve(model, context, widths, args.repeats, cuda_graphs=args.cuda_graphs)
+        curves.append({"batch_size": batch_size, "curve": curve})
 
     machine = machine_description(model.device)
-    print(loaded.describe(args.dtype))
+    how = "replayed as CUDA graphs on a static cache" if args.cuda_graphs else "eager"
+    print(describe)
     print(
-        f"{machine}; bare forwards on a KV cache of {args.context} tokens, median of {args.repeats} per width; a "
-        "setting whose forwards hold w tokens beats greedy only above the break-even tokens per forward at w"
+        f"{machine}; bare forwards ({how}) on a KV cache of {args.context} tokens, median of {args.repeats} per "
+        "width; a setting whose forwards hold w tokens beats greedy only above the break-even tokens per forward at w"
     )
     for entry in curves:
         print(f"\n## batch {entry['batch_size']}\n")
         print(cost_curve_table(entry["curve"]))
     if args.json:
         report = {
-            "model": loaded.name,
+            "model": name,
+            "architecture": args.architecture,
+            "random_weights": args.architecture is not None,
+            "cuda_graphs": args.cuda_graphs,
             "dtype": args.dtype,
             "machine": machine,
             "context_tokens": args.context,
@@ -68,6 +83,15 @@ def run_forward_cost_command(args: argparse.Namespace) -> int:
         }
         write_text(args.json, json.dumps(report, indent=2))
     return 0
+
+
+def _random_model(architecture: str, dtype: str):
+    """The named architecture with random weights on the GPU (else the CPU), and how the output names it."""
+    from ..bench.architectures import parameter_count, random_model
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = random_model(architecture, DTYPES[dtype], device)
+    return model, f"{architecture} (random weights, {parameter_count(model):,} parameters)"
 
 
 def add_parser(commands) -> None:
@@ -80,6 +104,20 @@ def add_parser(commands) -> None:
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )
     add_jacobi_forcing_argument(parser)
+    from ..bench.architectures import ARCHITECTURES
+
+    parser.add_argument(
+        "--architecture",
+        choices=list(ARCHITECTURES),
+        default=None,
+        help="time a real architecture with random weights instead (a forward costs the same whatever its weights): "
+        "for models this machine cannot download",
+    )
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="replay each forward as a CUDA graph on a static cache, as compiled decoding does on a GPU (CUDA only)",
+    )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     parser.add_argument(
         "--batch-sizes", type=positive_int, nargs="+", default=[1], help="rows per forward, one curve each (default 1)"

@@ -36,6 +36,11 @@ LENGTH_GRANULE = 64
 """Static cache lengths are rounded up to a multiple of this, so that prompts of nearby lengths share one shape (and one
 compiled graph)."""
 
+CACHE_ATTRIBUTE = "_hf_jacobi_static_cache"
+"""Set on the model: the static cache of its last Jacobi call, reused by the next call of the same shapes (as
+transformers' generate keeps its own static cache): a compiled forward on a GPU replays a CUDA graph recorded for the
+cache tensors' addresses, so fresh tensors on every call would make it record again."""
+
 LENGTH_ATTRIBUTE = "_hf_jacobi_static_cache_length"
 """Set on the model: the longest static cache a Jacobi call has used, reused by later calls (as transformers' generate
 keeps `_previous_max_cache_length`), so that a shorter prompt does not compile a new graph."""
@@ -181,15 +186,41 @@ def to_static(
     prefill; `slots` is the prefill's `KVSlots`."""
     prompt_len = slots.length
     length = static_cache_length(model, prompt_len, capacity, width, generation_config)
-    cache = JacobiStaticCache(len(prefilled.layers), length)
-    if not isinstance(getattr(cache.layers[0], "cumulative_length", None), torch.Tensor):
+    cache = _reusable_cache(model, prefilled, length)
+    layer = cache.layers[0]
+    if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor) or not hasattr(layer, "crop"):
+        import transformers
+
         raise ValueError(
             "cache_implementation='static' with decoding='jacobi' needs a transformers whose StaticLayer keeps its "
-            "length in a tensor (`cumulative_length`, as 5.24 does); use the dynamic cache with this version."
+            f"length in a tensor and can be cropped (5.24 does; this is {transformers.__version__}, whose StaticLayer "
+            "cannot): upgrade transformers, or use the dynamic cache (the default) with this version."
         )
     for static, layer in zip(cache.layers, prefilled.layers, strict=True):
         static.update(layer.keys, layer.values)  # allocates [B, H, M, D] and writes the prompt at [0, P)
     return cache, StaticKVSlots(cache, slots.valid, slots.positions, slots.layout, width)
+
+
+def _reusable_cache(model, prefilled: DynamicCache, length: int) -> JacobiStaticCache:
+    """The model's cache from its last call, rewound to empty, where every layer's shapes, dtype and device fit this
+    call (stale slots stay unread: a slot is attended to only once this call has written it); else a new one."""
+    cache = getattr(model, CACHE_ATTRIBUTE, None)
+    if cache is not None and len(cache.layers) == len(prefilled.layers):
+        fits = all(
+            mine.is_initialized
+            and mine.keys.shape == (*theirs.keys.shape[:2], length, theirs.keys.shape[3])
+            and mine.values.shape == (*theirs.values.shape[:2], length, theirs.values.shape[3])
+            and mine.keys.dtype == theirs.keys.dtype
+            and mine.keys.device == theirs.keys.device
+            for mine, theirs in zip(cache.layers, prefilled.layers, strict=True)
+        )
+        if fits:
+            for layer in cache.layers:
+                layer.cumulative_length.zero_()
+            return cache
+    cache = JacobiStaticCache(len(prefilled.layers), length)
+    setattr(model, CACHE_ATTRIBUTE, cache)
+    return cache
 
 
 def verify_forward(model, config: JacobiConfig, generation_config: GenerationConfig, cache: JacobiStaticCache):

@@ -1,0 +1,277 @@
+"""The GPU figures in one command (`make bench-gpu`): decoding speed against the strongest greedy, forward costs of
+real-size architectures, and the speedups they project.
+
+Three phases, each writing into --output-dir (a phase can run on its own, e.g. across two device calls):
+
+- curves: `hf-jacobi forward-cost` on random-weight builds of the embedded model's architecture (float32 and
+  bfloat16) and of Qwen2.5-Coder-1.5B and 7B (bfloat16), at batch 1 and 8, each forward replayed as a CUDA graph
+  (as compiled decoding runs it), widths 1..256: `curve-<architecture>-<dtype>.json`.
+- decode: `hf-jacobi bench` on the first 8 held-out `packages` test prompts with the shipped Jacobi Forcing adapter:
+  plain generate, greedy on a static cache compiled in mode "reduce-overhead" (CUDA graphs), and Jacobi (2 blocks of
+  16 + recycling, and the shipped default) eager and on the compiled static cache; batch 1 and 8, float32 and
+  bfloat16: `decode-<dtype>-b<batch>/bench.json`. In float32 every output must equal greedy's; in bfloat16 the
+  share of identical answers and where the others depart are recorded.
+- summary: `gpu-grade.json` and `gpu-grade.md`: the decoding table, speedup per token-per-forward, the curves, and
+  the speedup each curve projects at the measured tokens per forward and at the paper's 4.1 (a projection: it
+  assumes the loop's own overhead away).
+
+`--tiny` runs the same phases with a tiny random model on any machine in seconds (the test suite does).
+About 8 minutes on one H100/H200 for the full plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+
+from hf_jacobi.bench.roofline import interpolate_cost
+from hf_jacobi.cli import main as hf_jacobi
+from hf_jacobi.decoding.checks import widest_forward
+from hf_jacobi.decoding.config import JacobiConfig
+
+PAPER_TOKENS_PER_FORWARD = 4.1
+"""Jacobi Forcing's tokens per forward on HumanEval with Qwen2.5-Coder-7B (arXiv 2512.14681), for the projection."""
+
+FULL = {
+    "curves": [
+        ("smollm2-135m", "float32"),
+        ("smollm2-135m", "bfloat16"),
+        ("qwen2.5-coder-1.5b", "bfloat16"),
+        ("qwen2.5-coder-7b", "bfloat16"),
+    ],
+    "widths": ["1", "2", "4", "8", "16", "32", "64", "128", "256"],
+    "curve_batches": ["1", "8"],
+    "context": "256",
+    "repeats": "10",
+    # (dtype, batch size, prompts, timed rounds), in the order they matter: batch 1 first. Compiling dominates the
+    # time (greedy at two prompt shapes, each Jacobi setting once, per dtype and batch size), so one round each.
+    "decode": [("float32", 1, 8, 1), ("bfloat16", 1, 8, 1), ("bfloat16", 8, 8, 1), ("float32", 8, 8, 1)],
+    "max_new_tokens": "128",
+}
+TINY = {
+    "curves": [("tiny-llama", "float32")],
+    "widths": ["1", "2", "4"],
+    "curve_batches": ["1", "2"],
+    "context": "16",
+    "repeats": "2",
+    "decode": [("float32", 1, 2, 1), ("float32", 2, 2, 1)],
+    "max_new_tokens": "8",
+}
+
+
+def run_curves(plan: dict, out: Path) -> None:
+    graphs = ["--cuda-graphs"] if torch.cuda.is_available() else []
+    for architecture, dtype in plan["curves"]:
+        argv = [
+            "forward-cost",
+            "--architecture",
+            architecture,
+            "--dtype",
+            dtype,
+            "--batch-sizes",
+            *plan["curve_batches"],
+        ]
+        argv += ["--widths", *plan["widths"], "--context", plan["context"], "--repeats", plan["repeats"]]
+        argv += ["--json", str(out / f"curve-{architecture}-{dtype}.json")]
+        if hf_jacobi(argv + graphs) != 0 and graphs:
+            print(f"CUDA graph capture failed for {architecture} {dtype}: timing eager forwards instead", flush=True)
+            hf_jacobi(argv)
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
+
+def run_decode(plan: dict, out: Path, model: Path | None, compile_paths: bool) -> bool:
+    """Every decode run of the plan; False when a float32 run failed (in float32 every output must equal greedy's)."""
+    ok = True
+    for dtype, batch, prompts, rounds in plan["decode"]:
+        argv = ["bench", "--task", "prompts", "--limit", str(prompts), "--batch-size", str(batch), "--dtype", dtype]
+        argv += ["--max-new-tokens", plan["max_new_tokens"], "--rounds", str(rounds), "--model-defaults"]
+        argv += ["--block-sizes", "16", "--variants", "both", "--output-dir", str(out / f"decode-{dtype}-b{batch}")]
+        argv += ["--model", str(model)] if model is not None else ["--jacobi-forcing"]
+        argv += (
+            ["--jacobi-paths", "eager", "compiled"] if compile_paths else ["--jacobi-paths", "eager", "--no-compile"]
+        )
+        print(f"\n== decode {dtype} batch {batch}: hf-jacobi {' '.join(argv)}", flush=True)
+        code = hf_jacobi(argv)
+        if code != 0 and dtype == "float32":
+            print(f"error: the float32 run at batch {batch} failed (exit {code})", file=sys.stderr, flush=True)
+            ok = False
+    return ok
+
+
+def environment() -> dict:
+    """What the figures belong to: the card, its driver and the software versions."""
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU {platform.machine()}",
+    }
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        env["nvidia_smi"] = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        env["nvidia_smi"] = None
+    return env
+
+
+def setting_width(row: dict, default: JacobiConfig) -> int | None:
+    """Columns per forward of a Jacobi setting on the compiled path (chain + candidates; 128-token budget)."""
+    if row["kind"] != "jacobi":
+        return None
+    config = default if row["variant"] == "default" else JacobiConfig(block_size=16, num_blocks=2, ngram_pool_size=4)
+    return sum(widest_forward(config, 100, 128))
+
+
+def decode_rows(out: Path, default: JacobiConfig) -> list[dict]:
+    rows = []
+    for path in sorted(out.glob("decode-*/bench.json")):
+        record = json.loads(path.read_text())
+        meta = record["meta"]
+        best = max((r["tokens_per_s"] or 0 for r in record["summary"] if r["kind"] != "jacobi"), default=0)
+        for row in record["summary"]:
+            speedup = row["speedup_vs_best_ar"]
+            rows.append(
+                {
+                    "dtype": meta["dtype"],
+                    "batch_size": meta["batch_size"],
+                    "setting": row["setting"],
+                    "kind": row["kind"],
+                    "path": row.get("path", "eager"),
+                    "width": setting_width(row, default),
+                    "tokens_per_forward": row["tokens_per_forward"],
+                    "tokens_per_s": row["tokens_per_s"],
+                    "speedup_vs_generate": row["speedup_vs_ar"],
+                    "speedup_vs_best_greedy": speedup,
+                    "best_greedy_tokens_per_s": best,
+                    "speedup_per_token_per_forward": (
+                        speedup / row["tokens_per_forward"]
+                        if speedup and row["kind"] == "jacobi" and row["tokens_per_forward"]
+                        else None
+                    ),
+                    "identical": row["identical"],
+                    "samples": row["samples"],
+                    "differing_common_prefix": row.get("differing_common_prefix"),
+                }
+            )
+    return rows
+
+
+def projections(out: Path, decode: list[dict]) -> list[dict]:
+    """Speedup a curve projects for a setting: tokens per forward / (cost of its width / cost of one token)."""
+    # (dtype, batch, width) -> tokens per forward, of the compiled path where it ran (in float32 the same tokens as
+    # the eager path; in bfloat16 the compiled kernels round differently, so the answers and their count can differ)
+    measured = {}
+    for row in sorted(decode, key=lambda r: r["path"] != "compiled"):
+        if row["kind"] == "jacobi" and row["tokens_per_forward"]:
+            measured.setdefault((row["dtype"], row["batch_size"], row["width"]), row["tokens_per_forward"])
+    rows = []
+    for path in sorted(out.glob("curve-*.json")):
+        record = json.loads(path.read_text())
+        for entry in record["curves"]:
+            costs = {point["tokens"]: point["vs_one_token"] for point in entry["curve"]}
+            for (dtype, batch, width), tpf in sorted(measured.items()):
+                if (dtype, batch) != (record["dtype"], entry["batch_size"]):
+                    continue
+                cost = interpolate_cost(costs, width)
+                rows.append(
+                    {
+                        "architecture": record.get("architecture") or record["model"],
+                        "dtype": record["dtype"],
+                        "batch_size": batch,
+                        "cuda_graphs": record.get("cuda_graphs", False),
+                        "width": width,
+                        "cost_vs_one_token": cost,
+                        "measured_tokens_per_forward": tpf,
+                        "projected_speedup": tpf / cost,
+                        "projected_speedup_at_paper_tpf": PAPER_TOKENS_PER_FORWARD / cost,
+                    }
+                )
+    return rows
+
+
+def _cell(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def write_summary(out: Path, default: JacobiConfig) -> dict:
+    decode = decode_rows(out, default)
+    projected = projections(out, decode)
+    env_path = out / "environment.json"
+    summary = {
+        "environment": json.loads(env_path.read_text()) if env_path.exists() else environment(),
+        "decode": decode,
+        "projections": projected,
+        "paper_tokens_per_forward": PAPER_TOKENS_PER_FORWARD,
+    }
+    (out / "gpu-grade.json").write_text(json.dumps(summary, indent=2))
+    lines = [
+        "| dtype | batch | setting | width | tokens/forward | tok/s | x generate | x best greedy | x best greedy / "
+        "tokens/forward | identical |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in decode:
+        lines.append(
+            f"| {r['dtype']} | {r['batch_size']} | {r['setting']} | {_cell(r['width'], 'd')} | "
+            f"{_cell(r['tokens_per_forward'], '.2f')} | {_cell(r['tokens_per_s'], '.1f')} | "
+            f"{_cell(r['speedup_vs_generate'], '.2f')} | {_cell(r['speedup_vs_best_greedy'], '.2f')} | "
+            f"{_cell(r['speedup_per_token_per_forward'], '.2f')} | {r['identical']}/{r['samples']} |"
+        )
+    lines += [
+        "",
+        "Projection (not a measurement): tokens per forward / forward cost at the setting's width, from each curve.",
+        "",
+        "| architecture | dtype | batch | width | cost vs 1 token | measured tokens/forward | projected x | "
+        f"projected x at {PAPER_TOKENS_PER_FORWARD} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in projected:
+        lines.append(
+            f"| {p['architecture']} | {p['dtype']} | {p['batch_size']} | {p['width']} | "
+            f"{p['cost_vs_one_token']:.2f} | {p['measured_tokens_per_forward']:.2f} | {p['projected_speedup']:.2f} | "
+            f"{p['projected_speedup_at_paper_tpf']:.2f} |"
+        )
+    (out / "gpu-grade.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/gpu"))
+    parser.add_argument(
+        "--phases", nargs="+", choices=["curves", "decode", "summary"], default=["curves", "decode", "summary"]
+    )
+    parser.add_argument("--tiny", action="store_true", help="a tiny random model and tiny sizes: a smoke run anywhere")
+    parser.add_argument("--model", type=Path, default=None, help="a local checkpoint instead of the shipped adapter")
+    parser.add_argument("--no-compile", action="store_true", help="skip both compiled paths (greedy and Jacobi)")
+    args = parser.parse_args(argv)
+    plan = TINY if args.tiny else FULL
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    if {"curves", "decode"} & set(args.phases):  # the machine that measures, not the one that summarizes
+        (args.output_dir / "environment.json").write_text(json.dumps(environment(), indent=2))
+    if "curves" in args.phases:
+        run_curves(plan, args.output_dir)
+    ok = True
+    if "decode" in args.phases:
+        ok = run_decode(plan, args.output_dir, args.model, compile_paths=not args.no_compile)
+    if "summary" in args.phases:
+        from transformers import GenerationConfig
+
+        from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
+
+        source = args.model if args.model is not None else JACOBI_FORCING_WEIGHTS
+        default = JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(source))
+        write_summary(args.output_dir, default)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

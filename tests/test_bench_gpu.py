@@ -1,0 +1,65 @@
+"""The GPU benchmark driver (`make bench-gpu`) end to end on a tiny random model: every phase runs on a CPU too."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tiny_models import EOS, PAD, VOCAB, tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _driver():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "benchmarks" / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _tokenizer():
+    """The tiny vocabulary with unknown words read as "t3" (the prompts are English; as padding they would give
+    the model nothing to answer)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<s>": 1, "</s>": EOS, **{f"t{i}": i for i in range(3, VOCAB)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="t3"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="t3"
+    )
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return tokenizer
+
+
+def test_tiny_run_writes_every_phase_and_projects_from_the_curves(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "tiny"
+    tiny_model("llama").save_pretrained(checkpoint)
+    _tokenizer().save_pretrained(checkpoint)
+    out = tmp_path / "gpu"
+    driver = _driver()
+    assert driver.main(["--tiny", "--model", str(checkpoint), "--no-compile", "--output-dir", str(out)]) == 0
+
+    curve = json.loads((out / "curve-tiny-llama-float32.json").read_text())
+    assert curve["random_weights"] and [c["batch_size"] for c in curve["curves"]] == [1, 2]
+    summary = json.loads((out / "gpu-grade.json").read_text())
+    assert summary["environment"]["torch"]
+    decode = summary["decode"]
+    assert {(r["dtype"], r["batch_size"]) for r in decode} == {("float32", 1), ("float32", 2)}
+    jacobi = [r for r in decode if r["kind"] == "jacobi"]
+    assert jacobi and all(r["identical"] == r["samples"] for r in decode)  # float32: exact
+    assert all(r["width"] >= 16 for r in jacobi)  # 2 blocks of 16 (budget-bounded) or the default, plus candidates
+    projected = summary["projections"]
+    assert {p["batch_size"] for p in projected} == {1, 2}
+    for p in projected:
+        assert p["projected_speedup"] == pytest.approx(p["measured_tokens_per_forward"] / p["cost_vs_one_token"])
+    assert "Projection (not a measurement)" in (out / "gpu-grade.md").read_text()
