@@ -22,6 +22,12 @@ from hf_jacobi.decoding.config import JacobiConfig
 from tiny_models import tiny_model, tiny_tokenizer
 
 
+def _eager_static(candidate: Candidate) -> JacobiConfig:
+    fields = {k: v for k, v in candidate.__dict__.items() if k != "compiled"}
+    config = JacobiConfig(**fields)
+    return config.replace(cache_implementation="static", compile="never") if candidate.compiled else config
+
+
 def acceptance(block: int, tpf: float, width: float, blocks: int = 1, pool: int = 0) -> Acceptance:
     return Acceptance(
         Candidate(block, blocks, pool), new_tokens=round(tpf * 100), forwards=100, forward_tokens=round(width * 100)
@@ -143,3 +149,57 @@ def test_tune_times_greedy_and_finalists_alternately_and_decides_on_medians():
     assert verified[0]["greedy_seconds"] == 10.0 and verified[0]["seconds_range"] == [10.1, 10.1]
     with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
         choose(predictions, measure, rounds=0)
+
+
+def test_with_compiled_twins_tune_can_choose_the_compiled_path_and_the_config_carries_it():
+    """Each finalist is timed on both paths; the compiled twin wins where it is faster, and the generation config it
+    writes makes generate(decoding="jacobi") take the static cache with a compiled forward."""
+    predictions = predict(GPU_CURVE, ACCEPTANCES)
+    finalists = [p.candidate for p in predictions if p.candidate is not None][:2]
+    calls = []
+
+    def measure(candidate):
+        calls.append(candidate)
+        return 10.0 if candidate is None else (4.0 if candidate.compiled else 8.0)
+
+    choice, speedup, verified = choose(predictions, measure, rounds=2, compiled=True)
+    twins = [twin for c in finalists for twin in (c, Candidate(**{**c.__dict__, "compiled": True}))]
+    assert calls == [None, *twins] * 2
+    assert choice == twins[1] and choice.compiled and speedup == pytest.approx(2.5)
+    assert [v["candidate"] for v in verified] == [str(t) for t in twins] and str(choice).endswith(" compiled")
+    config = write_generation_config(GenerationConfig(), choice)
+    assert (config.jacobi_cache_implementation, config.jacobi_compile) == ("static", "always")
+    assert JacobiConfig.from_generation_config(config) == choice.config
+    assert write_generation_config(config, finalists[0]).jacobi_cache_implementation == "dynamic"
+
+
+def test_tune_times_a_compiled_twin_after_building_its_graph(tmp_path, monkeypatch):
+    model = enable_jacobi(tiny_model("llama", 0))
+    tokenizer = tiny_tokenizer()
+    prompts = [dict(tokenizer(f"t{5 + i} t9 t{12 + i} t40", return_tensors="pt")) for i in range(2)]
+    calls = []
+    generate = model.generate
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("jacobi_cache_implementation", "dynamic"))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", counting)
+    # compile "always" on this CPU is slow to build: the static path with compile "never" stands in for it here
+    monkeypatch.setattr(Candidate, "config", property(lambda c: _eager_static(c)))
+    grid = [Candidate(4, 1, 2)]
+    result = tune(
+        model,
+        prompts,
+        grid,
+        max_new_tokens=8,
+        widths=(1, 4),
+        repeats=1,
+        progress=False,
+        rounds=1,
+        verify_top=1,
+        margin=-1.0,
+        compiled=True,
+    )
+    assert [v["candidate"] for v in result.verified] == ["n=4 K=1 pool=2", "n=4 K=1 pool=2 compiled"]
+    assert calls.count("static") == 2 * len(prompts)  # one untimed warm-up pass, then one timed round

@@ -4,7 +4,7 @@ the choice, which only a timed win over greedy makes (see `bench.tune` for the m
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..decoding.config import JacobiConfig
@@ -26,13 +26,19 @@ class Candidate:
     ngram_pool_size: int = 0
     verify_size: int | None = None
     ngram_size: int | None = None
+    compiled: bool = False
+    """On the static cache with the verify forward compiled (the same tokens and forwards as the eager path, so only
+    its timing differs); chosen, it is written to the generation config like any other setting."""
 
     def __post_init__(self) -> None:
         self.config  # noqa: B018 -- bad values are named here, before any measuring starts
 
     @property
     def config(self) -> JacobiConfig:
-        return JacobiConfig(**asdict(self))
+        fields = asdict(self)
+        compiled = fields.pop("compiled")
+        config = JacobiConfig(**fields)
+        return replace(config, cache_implementation="static", compile="always") if compiled else config
 
     def __str__(self) -> str:
         text = f"n={self.block_size} K={self.num_blocks} pool={self.ngram_pool_size}"
@@ -40,6 +46,8 @@ class Candidate:
             text += f" V={self.verify_size}"
         if self.ngram_size is not None:
             text += f" ngram={self.ngram_size}"
+        if self.compiled:
+            text += " compiled"
         return text
 
 
@@ -128,9 +136,12 @@ def choose(
     verify_top: int = 2,
     margin: float = 0.03,
     rounds: int = 5,
+    compiled: bool = False,
 ) -> tuple[Candidate | None, float | None, list[dict[str, Any]]]:
     """Times the `verify_top` best-predicted candidates against greedy with `measure(candidate_or_None) -> seconds`
-    and returns the fastest one whose median beats greedy's median by more than `margin`, else None (greedy).
+    and returns the fastest one whose median beats greedy's median by more than `margin`, else None (greedy). With
+    `compiled`, each is timed on the compiled static path too (its twin): the prediction cannot tell them apart,
+    since they accept the same tokens, and which is faster depends on the hardware.
 
     Greedy and the candidates are timed in turn, `rounds` times, so that a slow spell of the machine (another
     process, a clock change) hits all of them rather than deciding the choice; each record keeps the fastest and
@@ -143,6 +154,8 @@ def choose(
     contenders = [
         p.candidate for p in predictions if p.candidate is not None and p.tokens_per_s > greedy_prediction.tokens_per_s
     ][:verify_top]
+    if compiled:
+        contenders = [twin for c in contenders for twin in (c, replace(c, compiled=True))]
     if not contenders:
         return None, None, []
     seconds: dict[Candidate | None, list[float]] = {candidate: [] for candidate in [None, *contenders]}

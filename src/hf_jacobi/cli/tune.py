@@ -91,8 +91,15 @@ def run_tune_command(args: argparse.Namespace) -> int:
         {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, messages, chat=True).items()}
         for _, messages in prompt_rows
     ]
+    compiled = args.compiled if args.compiled is not None else loaded.model.device.type == "cuda"
     result = tune.tune(
-        loaded.model, prompts, candidates, args.max_new_tokens, repeats=args.repeats, rounds=args.rounds
+        loaded.model,
+        prompts,
+        candidates,
+        args.max_new_tokens,
+        repeats=args.repeats,
+        rounds=args.rounds,
+        compiled=compiled,
     )
     config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice)
     with staged_files(target) as staging:  # both files replace their older versions together
@@ -118,6 +125,13 @@ def add_parser(commands) -> None:
         "--skip-prompts", type=non_negative_int, default=0, help="prompts of the source to skip first (default 0)"
     )
     tune.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sample (default 64)")
+    tune.add_argument(
+        "--compiled",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time each finalist on the compiled static path (static cache, verify forward compiled; CUDA "
+        "graphs on a GPU) and write it when it is the fastest; default: on a GPU only (compiling on a CPU is slow)",
+    )
     tune.add_argument("--block-sizes", type=positive_int, nargs="+", default=list(DEFAULT_BLOCK_SIZES))
     tune.add_argument("--num-blocks", type=positive_int, nargs="+", default=list(DEFAULT_NUM_BLOCKS))
     tune.add_argument("--pool-sizes", type=non_negative_int, nargs="+", default=list(DEFAULT_POOL_SIZES))
