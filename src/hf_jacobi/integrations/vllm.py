@@ -1,0 +1,146 @@
+"""Jacobi decoding served by vLLM: `JacobiProposer`, a speculative proposer for vLLM's `custom_class` method.
+
+    from vllm import LLM
+    from hf_jacobi.integrations.vllm import speculative_config
+
+    llm = LLM(model=folder, speculative_config=speculative_config(model=folder), enforce_eager=True)
+
+Each step vLLM verifies the drafts of every request in one forward and keeps the longest prefix its own sampler
+agrees with, so the output is vLLM's greedy output whatever the drafts are. The proposer's drafts are the Jacobi
+iterate: the target's greedy token at every verified position past the accepted prefix, then fresh tokens drawn from
+the prompt, exactly as `generate(decoding="jacobi")` does. Several blocks in flight are one longer chain
+(`num_speculative_tokens = num_blocks * block_size - 1`). Rejection recycling's extra branches cannot be verified,
+because vLLM verifies one linear chain per request: the checkpoint's `jacobi_ngram_pool_size` is ignored.
+
+Only `vllm_hook` touches vLLM's internals; this module imports vLLM lazily, so `hf_jacobi` never needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..decoding.config import JACOBI_PREFIX, JacobiConfig
+from .vllm_drafts import JacobiDrafter, RowStep, split_iterates
+from .vllm_hook import (
+    SUPPORTED_RANGE,
+    UnsupportedVLLMError,
+    check_vllm_version,
+    install_argmax_hook,
+    take_capture,
+)
+
+__all__ = ["SUPPORTED_RANGE", "JacobiProposer", "UnsupportedVLLMError", "check_vllm_version", "speculative_config"]
+
+logger = logging.getLogger(__name__)
+
+PROPOSER_PATH = f"{__name__}.JacobiProposer"
+
+
+def chain_shape(num_speculative_tokens: int, settings: JacobiConfig | None) -> tuple[int, int]:
+    """(block_size, num_blocks) for vLLM's `num_speculative_tokens` (k): the chain is k + 1 tokens long.
+
+    A checkpoint's own `jacobi_block_size` is kept and k chooses how many blocks fit, so k + 1 must be a multiple
+    of it; without settings the chain is one block of k + 1 tokens.
+    """
+    k = num_speculative_tokens
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"num_speculative_tokens must be an integer >= 1, got {k!r}")
+    if settings is None:
+        return k + 1, 1
+    block = settings.block_size
+    if (k + 1) % block:
+        choices = ", ".join(str(blocks * block - 1) for blocks in (1, 2, 3))
+        raise ValueError(
+            f"num_speculative_tokens={k} does not fit the checkpoint's jacobi_block_size={block}: the Jacobi chain "
+            f"is num_blocks * block_size - 1 speculative tokens, so use one of {choices}, ... (its own setting, "
+            f"{settings.num_blocks} block(s), is {settings.num_blocks * block - 1})"
+        )
+    return block, (k + 1) // block
+
+
+def checkpoint_settings(generation_config: dict[str, Any] | None) -> JacobiConfig | None:
+    """The Jacobi settings a checkpoint's generation config carries (validated), or None when it has none."""
+    found = {
+        key[len(JACOBI_PREFIX) :]: value
+        for key, value in (generation_config or {}).items()
+        if key.startswith(JACOBI_PREFIX) and value is not None
+    }
+    return JacobiConfig.from_layers([found]) if found else None
+
+
+def speculative_config(num_speculative_tokens: int | None = None, model: str | os.PathLike[str] | None = None) -> dict:
+    """The `speculative_config` that serves a model with `JacobiProposer`, checked before any engine starts.
+
+    Args:
+        num_speculative_tokens: drafts verified per step (k); by default the checkpoint's own chain,
+            `jacobi_num_blocks * jacobi_block_size - 1`, read from `model`'s generation_config.json.
+        model: the local model folder vLLM will serve.
+    """
+    check_vllm_version()
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0").strip() not in ("", "0"):
+        raise UnsupportedVLLMError(
+            "VLLM_USE_V2_MODEL_RUNNER is set: vLLM's V2 model runner does not build custom_class proposers; unset it"
+        )
+    settings = None
+    if model is not None and (Path(model) / "generation_config.json").is_file():
+        settings = checkpoint_settings(json.loads((Path(model) / "generation_config.json").read_text()))
+    if num_speculative_tokens is None:
+        if settings is None:
+            raise ValueError(f"{model!r} carries no jacobi_* settings: pass num_speculative_tokens")
+        num_speculative_tokens = settings.num_blocks * settings.block_size - 1
+    chain_shape(num_speculative_tokens, settings)
+    return {"method": "custom_class", "model": PROPOSER_PATH, "num_speculative_tokens": num_speculative_tokens}
+
+
+class JacobiProposer:
+    """Jacobi decoding as a vLLM 0.32 `custom_class` proposer; vLLM builds it as `JacobiProposer(vllm_config)` in
+    the worker process that runs the model, which is where the argmax hook must be installed."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        check_vllm_version()
+        spec = vllm_config.speculative_config
+        if getattr(vllm_config.scheduler_config, "async_scheduling", False):
+            raise UnsupportedVLLMError(
+                "JacobiProposer needs async_scheduling off (vLLM turns it off for custom_class)"
+            )
+        settings = checkpoint_settings(vllm_config.model_config.try_get_generation_config())
+        block_size, num_blocks = chain_shape(spec.num_speculative_tokens, settings)
+        defaults = settings or JacobiConfig()
+        if defaults.ngram_pool_size:
+            logger.info(
+                "jacobi_ngram_pool_size=%d ignored: vLLM verifies one chain per request", defaults.ngram_pool_size
+            )
+        self.drafter = JacobiDrafter(
+            block_size=block_size,
+            num_blocks=num_blocks,
+            spawn_ratio=defaults.spawn_ratio,
+            draft_seed=defaults.draft_seed,
+        )
+        install_argmax_hook()
+        logger.info("Jacobi proposer: block %d, up to %d block(s)", block_size, num_blocks)
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to load: the drafts come from the target's own predictions (vLLM's CPU runner calls this)."""
+
+    def propose(
+        self,
+        sampled_token_ids: list[list[int]],
+        num_tokens_no_spec: Any,
+        token_ids_cpu: Any,
+        slot_mappings: Any = None,
+        **kwargs: Any,
+    ) -> list[list[int]]:
+        """One draft list per row of vLLM's batch, from this step's commits and the verify's captured argmax."""
+        capture = take_capture()
+        iterates: list[list[int] | None] = [None] * len(sampled_token_ids)
+        if capture is not None and len(capture.num_draft_tokens) == len(sampled_token_ids):
+            iterates = split_iterates(capture.argmax, capture.bonus, capture.num_draft_tokens)
+        rows = [
+            RowStep(history=token_ids_cpu[i, : int(num_tokens_no_spec[i])], sampled=list(sampled), iterate=iterate)
+            for i, (sampled, iterate) in enumerate(zip(sampled_token_ids, iterates, strict=True))
+        ]
+        return self.drafter.propose(rows)

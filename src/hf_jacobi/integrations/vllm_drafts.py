@@ -1,0 +1,166 @@
+"""The Jacobi update for vLLM's rows, with per-request state keyed by each request's token history.
+
+vLLM hands a custom proposer rows of its persistent batch, never request ids, and moves requests between rows as the
+batch is condensed. So a request's state (its `DraftChain`: how many blocks are in flight, and the generator that
+draws fresh draft tokens from its prompt) is filed under a digest of the request's whole token history as it stood
+after the last step. The next step finds it again from the history vLLM hands over: the same tokens, minus the ones
+this step committed. Two requests with identical histories share a digest; each key holds a list of states, and
+since decoding is deterministic those states are interchangeable. A state nobody claims for `max_idle_steps` steps
+belongs to a request that ended (finished, aborted, or preempted long enough to start over) and is dropped. None of
+this can change an output: every draft is verified, and a lost state only means fresh drafts.
+
+This module imports nothing from vLLM, so its logic is tested in the main suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..decoding.chain import DraftChain
+from ..decoding.drafts import PromptDrafter
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """What one row of vLLM's batch brings to one `propose` call.
+
+    Attributes:
+        history: the request's tokens, prompt then output, this step's commits included (vLLM's `token_ids_cpu` row
+            up to `num_tokens_no_spec`).
+        sampled: the tokens committed this step (accepted drafts, then the target's own token); empty while the
+            request's prefill is unfinished.
+        iterate: the target's greedy token at each position verified this step, then the bonus token (the next
+            Jacobi iterate), or None when the step verified no drafts for this row or nothing was captured.
+    """
+
+    history: np.ndarray
+    sampled: list[int]
+    iterate: list[int] | None
+
+
+@dataclass
+class _RequestState:
+    chain: DraftChain
+    drafter: PromptDrafter
+    idle_steps: int = 0
+
+
+@dataclass
+class JacobiDrafter:
+    """Next drafts for every row of a vLLM batch: the Jacobi iterate past the accepted prefix, then fresh tokens.
+
+    Args:
+        block_size: tokens per Jacobi block, the committed token included.
+        num_blocks: blocks in flight at most; the chain is `num_blocks * block_size` tokens, so vLLM must verify
+            `num_blocks * block_size - 1` speculative tokens.
+        spawn_ratio: `DraftChain`'s rule for when the next block joins.
+        draft_seed: seeds each request's draw of fresh tokens from its prompt (`PromptDrafter`, as in generate()).
+        max_idle_steps: steps a state may go unclaimed before it is dropped.
+    """
+
+    block_size: int
+    num_blocks: int = 1
+    spawn_ratio: float = 0.85
+    draft_seed: int = 0
+    max_idle_steps: int = 16
+    _states: dict[bytes, list[_RequestState]] = field(default_factory=dict, repr=False)
+    stats: dict[str, int] = field(default_factory=lambda: {"rows": 0, "iterates": 0, "mismatches": 0}, repr=False)
+
+    @property
+    def max_drafts(self) -> int:
+        """The longest draft list this drafter returns (vLLM's `num_speculative_tokens`)."""
+        return self.num_blocks * self.block_size - 1
+
+    def __len__(self) -> int:
+        """Requests whose state is kept."""
+        return sum(len(states) for states in self._states.values())
+
+    def propose(self, rows: Sequence[RowStep]) -> list[list[int]]:
+        """One draft list per row, in row order, at most `max_drafts` long; empty for rows still in prefill."""
+        for states in self._states.values():
+            for state in states:
+                state.idle_steps += 1
+        claimed: list[tuple[bytes, _RequestState]] = []
+        drafts = []
+        for row in rows:
+            if not row.sampled:
+                drafts.append([])
+                continue
+            state = self._claim(row)
+            drafts.append(self._advance(state, row))
+            state.idle_steps = 0
+            claimed.append((history_key(row.history), state))
+        self._drop_idle()
+        for key, state in claimed:
+            self._states.setdefault(key, []).append(state)
+        return drafts
+
+    def _claim(self, row: RowStep) -> _RequestState:
+        """The row's state from the last step (found under its history before this step's commits), else a new one."""
+        before = row.history[: len(row.history) - len(row.sampled)]
+        states = self._states.get(history_key(before))
+        if states:
+            state = states.pop()
+            if not states:
+                del self._states[history_key(before)]
+            return state
+        prompt = before.tolist() or [int(row.sampled[-1])]
+        tensor = torch.tensor([prompt], dtype=torch.long)
+        drafter = PromptDrafter(tensor, torch.ones_like(tensor, dtype=torch.bool), seed=self.draft_seed)
+        tokens = [int(row.sampled[-1]), *drafter.draw(0, self.block_size - 1)]
+        chain = DraftChain(
+            tokens, self.block_size, self.num_blocks, self.spawn_ratio, fill=lambda n: drafter.draw(0, n)
+        )
+        return _RequestState(chain=chain, drafter=drafter)
+
+    def _advance(self, state: _RequestState, row: RowStep) -> list[int]:
+        """The Jacobi update: the committed token, the iterate's predictions past it, then fresh tokens."""
+        taken = len(row.sampled)
+        continuation = [int(row.sampled[-1])]
+        self.stats["rows"] += 1
+        if row.iterate is not None:
+            if list(row.iterate[:taken]) == [int(t) for t in row.sampled]:
+                continuation += [int(t) for t in row.iterate[taken:]]
+                self.stats["iterates"] += 1
+            else:  # a sampled (non-greedy) row, or a capture that does not belong to this step
+                self.stats["mismatches"] += 1
+        state.chain.advance(taken, continuation, state.chain.fill)
+        return state.chain.tokens[1 : self.max_drafts + 1]
+
+    def _drop_idle(self) -> None:
+        for key in [
+            k for k, states in self._states.items() if any(s.idle_steps > self.max_idle_steps for s in states)
+        ]:
+            kept = [s for s in self._states[key] if s.idle_steps <= self.max_idle_steps]
+            if kept:
+                self._states[key] = kept
+            else:
+                del self._states[key]
+
+
+def history_key(tokens: np.ndarray) -> bytes:
+    """A digest of a token history: equal histories, equal keys, whatever row or dtype they came in."""
+    return hashlib.blake2b(np.ascontiguousarray(tokens, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+def split_iterates(
+    argmax: Sequence[int], bonus: Sequence[int], num_draft_tokens: Sequence[int]
+) -> list[list[int] | None]:
+    """Each row's iterate from one verify: its slice of the flat argmax, then its bonus token; None for a row that
+    verified no drafts (its only token is the one it sampled, which says nothing about the positions after it)."""
+    iterates: list[list[int] | None] = []
+    start = 0
+    for row, count in enumerate(num_draft_tokens):
+        iterates.append([*argmax[start : start + count], bonus[row]] if count else None)
+        start += count
+    if start != len(argmax) or len(bonus) != len(num_draft_tokens):
+        raise ValueError(
+            f"a capture of {len(argmax)} verified positions and {len(bonus)} bonus tokens does not split into "
+            f"rows of {list(num_draft_tokens)} drafts"
+        )
+    return iterates

