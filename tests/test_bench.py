@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_jacobi import enable_jacobi
+from hf_jacobi import enable_jacobi, measurement
 from hf_jacobi.bench import report, runner
 from hf_jacobi.bench.runner import AR_COMPILED, AR_STATIC, Setting, bench_settings, run_bench
 from hf_jacobi.bench.tasks import BenchItem, BenchTask, Score, load_task
@@ -63,28 +63,29 @@ def test_run_bench_times_scores_and_checks_every_setting(gemma):
 
 
 def test_a_setting_that_changes_the_text_is_caught(gemma, monkeypatch):
-    original = runner.generated_tokens
+    original = runner.decode
 
-    def corrupt(row, eos_ids, pad_id):
-        tokens = original(row, eos_ids, pad_id)
-        return [*tokens[:-1], tokens[-1] + 1] if corrupt.calls.pop() else tokens
+    def corrupt(model, inputs, max_new_tokens, settings=None, **kwargs):
+        decoded = original(model, inputs, max_new_tokens, settings, **kwargs)
+        if settings.get("decoding") == "jacobi":  # one Jacobi answer changed; greedy's untouched
+            decoded.answers[0] = [*decoded.answers[0][:-1], decoded.answers[0][-1] + 1]
+        return decoded
 
-    corrupt.calls = [True, False]  # popped from the end: AR row untouched, then one Jacobi row changed
-    monkeypatch.setattr(runner, "generated_tokens", corrupt)
+    monkeypatch.setattr(runner, "decode", corrupt)
     settings = bench_settings([4], ["plain"], compiled_baseline=False)
     run = run_bench(gemma, tiny_tokenizer(), word_task(1), settings, max_new_tokens=8, progress=False)
     assert [s.identical for s in run.samples] == [True, False]
 
 
 def test_compiled_baseline_falls_back_to_static_cache_when_compilation_fails(gemma, monkeypatch):
-    generate = runner._Decoder.generate
+    decode = runner._Decoder.decode
 
     def failing(self, setting, inputs, max_new_tokens=None):
         if setting.kind == AR_COMPILED:
             raise RuntimeError("no C++ compiler")
-        return generate(self, setting, inputs, max_new_tokens)
+        return decode(self, setting, inputs, max_new_tokens)
 
-    monkeypatch.setattr(runner._Decoder, "generate", failing)
+    monkeypatch.setattr(runner._Decoder, "decode", failing)
     run = run_bench(gemma, tiny_tokenizer(), word_task(1), bench_settings([4], ["plain"]), 8, progress=False)
     assert [s.kind for s in run.settings] == ["ar", AR_STATIC, "jacobi"]
     assert "torch.compile failed here (RuntimeError: no C++ compiler)" in run.notes[0]
@@ -163,7 +164,8 @@ def test_rounds_time_the_whole_set_again_and_report_medians_with_their_range(gem
     task = word_task(2)
     settings = bench_settings([4], ["both"], compiled_baseline=False)
     clock = iter(range(1000))  # every timed call takes one more second than the one before
-    monkeypatch.setattr(runner, "timed", lambda fn: (fn(), float(next(clock) + 1)))
+    monkeypatch.setattr(measurement, "timed", lambda fn: (fn(), float(next(clock) + 1)))
+    monkeypatch.setattr(runner, "_warm_up", lambda *args: None)  # untimed runs would take ticks of the clock
     run = run_bench(gemma, tiny_tokenizer(), task, settings, 8, batch_size=2, progress=False, rounds=3)
     assert len(run.samples) == 2 * 2 and len(run.timings) == 3 * 2  # outputs once, timings every round
     ar, jacobi = report.summarize(run)
@@ -242,7 +244,7 @@ def test_collapsed_answers_are_counted_and_said_beside_the_speed():
     for item, tokens in (("a", loop), ("b", varied), ("c", loop)):
         run.samples.append(
             runner.SampleResult(
-                setting.name, item, 0, 5, len(tokens), 9, False, True, "x", collapsed=runner.collapsed(tokens)
+                setting.name, item, 0, 5, len(tokens), 9, False, True, "x", collapsed=measurement.collapsed(tokens)
             )
         )
     (row,) = report.summarize(run)

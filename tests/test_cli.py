@@ -172,11 +172,6 @@ def test_rejects_folder_without_config(tmp_path: Path, capsys: pytest.CaptureFix
     assert "config.json" in capsys.readouterr().err
 
 
-def test_new_token_counts_stop_at_first_eos() -> None:
-    sequences = torch.tensor([[7, 7, 5, 2, 0, 0], [7, 7, 5, 6, 8, 9]])
-    assert common.new_token_counts(sequences, prompt_width=2, eos_ids={2}) == [2, 4]
-
-
 def test_generate_compare_on_local_checkpoint(tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["generate", "hello world", "--model", str(tiny_checkpoint), "--max-new-tokens", "12"]
     code = cli.main([*argv, "--compare", "--no-chat-template", "--block-size", "4"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from hf_jacobi.decoding.config import JacobiConfig
-from hf_jacobi.training.evaluation import answer_nll, distinct_ngrams, evaluate_model, greedy_answers, measure_setting
+from hf_jacobi.measurement import distinct_ngrams
+from hf_jacobi.training.evaluation import answer_nll, evaluate_model, greedy_answers, measure_setting
 from tiny_models import EOS, tiny_model
 
 PROMPTS = [[5, 9, 14, 3, 77], [8, 40], [100, 101, 102, 103, 104, 105, 106]]

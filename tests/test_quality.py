@@ -7,17 +7,12 @@ import json
 
 import pytest
 
-from hf_jacobi.bench.quality import (
-    COLLAPSE_WINDOW,
-    answer_quality,
-    collapsed,
-    common_prefix,
-    passed_code_tasks,
-)
+from hf_jacobi.bench.quality import answer_quality, passed_code_tasks
 from hf_jacobi.bench.quality_eval import ModelQuality, QualityProtocol, RequestSet, measure_model, targets_met
 from hf_jacobi.bench.quality_report import markdown_table, plot_front
 from hf_jacobi.data.quality_sets import load_code_tasks
 from hf_jacobi.decoding.config import JacobiConfig
+from hf_jacobi.measurement import COLLAPSE_WINDOW, collapsed, common_prefix
 from tiny_models import tiny_model, tiny_tokenizer
 
 

@@ -1,24 +1,17 @@
-"""Pieces every benchmark and the demo share: the Jacobi variants, timing and token counting."""
+"""Pieces every benchmark and the demo share: the Jacobi variants and the ratios of forward counts (timing and
+token counting are `hf_jacobi.measurement`'s)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-import torch
+from typing import Any
 
 from ..decoding.config import JacobiConfig
 
 __all__ = [
     "VARIANTS",
     "ForwardCounts",
-    "generated_tokens",
-    "timed",
     "variant_config",
 ]
-
-T = TypeVar("T")
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -50,26 +43,3 @@ class ForwardCounts:
     def mean_width(self) -> float:
         """Tokens fed per forward (chain and candidate branches)."""
         return self.forward_tokens / max(self.forwards, 1)
-
-
-def generated_tokens(row: torch.Tensor, eos_ids: set[int], pad_id: int | None = None) -> list[int]:
-    """The tokens a row really generated: up to and including its first EOS, without the padding a finished row gets
-    while others in its batch go on (stripped from the end when `pad_id` is given and no EOS came)."""
-    tokens = row.tolist()
-    for i, token in enumerate(tokens):
-        if token in eos_ids:
-            return tokens[: i + 1]
-    while tokens and pad_id is not None and tokens[-1] == pad_id:
-        tokens.pop()
-    return tokens
-
-
-def timed(call: Callable[[], T]) -> tuple[T, float]:
-    """Result and wall seconds of one call; CUDA is synchronized so queued kernels are not left out."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    result = call()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return result, time.perf_counter() - start

@@ -20,7 +20,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..decoding.config import JacobiConfig
-from .common import VARIANTS, ForwardCounts, timed, variant_config
+from ..loading import eos_token_ids
+from ..measurement import Decoded, decode
+from .common import VARIANTS, ForwardCounts, variant_config
 from .report import markdown
 from .roofline import block_forward_seconds, forward_cost_curve, timed_prefill
 
@@ -45,46 +47,38 @@ class PromptResult(ForwardCounts):
 
 @dataclass
 class GreedyRun:
-    """One prompt's greedy reference: its inputs, output, wall time and prefill time."""
+    """One prompt's greedy reference: its inputs, its measured decoding and its prefill time."""
 
     task_id: str
     inputs: dict
-    sequences: torch.Tensor
-    seconds: float
+    decoded: Decoded
     prefill_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.decoded.seconds
 
 
 @torch.inference_mode()
 def run_greedy(model, tokenizer, task_id: str, prompt: str, max_new_tokens: int) -> GreedyRun:
     inputs = dict(tokenizer(prompt, return_tensors="pt").to(model.device))
-    # greedy by name: a checkpoint whose generation config defaults to Jacobi would otherwise be its own reference
-    sequences, seconds = timed(
-        lambda: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, decoding="greedy")
-    )
+    decoded = decode(model, inputs, max_new_tokens, eos_ids=eos_token_ids(model.generation_config))
     _, prefill_s = timed_prefill(model, {"input_ids": inputs["input_ids"]})
-    return GreedyRun(task_id, inputs, sequences, seconds, prefill_s)
+    return GreedyRun(task_id, inputs, decoded, prefill_s)
 
 
 @torch.inference_mode()
 def measure_variant(
     model, greedy: GreedyRun, variant: str, block_size: int, max_new_tokens: int, repeats: int
 ) -> PromptResult:
-    out, jacobi_s = timed(
-        lambda: model.generate(
-            **greedy.inputs,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            return_dict_in_generate=True,
-            **variant_config(variant, block_size).to_generate_kwargs(),
-        )
-    )
+    eos_ids = eos_token_ids(model.generation_config)
+    jacobi = decode(model, greedy.inputs, max_new_tokens, variant_config(variant, block_size), eos_ids=eos_ids)
+    jacobi_s = jacobi.seconds
     prompt_len = greedy.inputs["input_ids"].shape[1]
-    new_tokens = out.sequences.shape[1] - prompt_len
-    forwards = int(out.forward_passes[0])
-    forward_tokens = int(out.forward_tokens[0])
+    new_tokens, forwards, forward_tokens = jacobi.new_tokens[0], jacobi.forwards[0], jacobi.forward_tokens[0]
     # The bare forward has the iterations' mean width and runs at the mean cache length they saw: prompt plus half
     # the new tokens.
-    context = out.sequences[:, : prompt_len + new_tokens // 2]
+    context = jacobi.sequences[:, : prompt_len + new_tokens // 2]
     width = max(round(forward_tokens / max(forwards, 1)), 1)
     return PromptResult(
         task_id=greedy.task_id,
@@ -94,8 +88,8 @@ def measure_variant(
         new_tokens=new_tokens,
         forwards=forwards,
         forward_tokens=forward_tokens,
-        recycled_tokens=int(out.recycled_tokens[0]),
-        identical=bool(torch.equal(out.sequences, greedy.sequences)),
+        recycled_tokens=jacobi.recycled_tokens[0],
+        identical=jacobi.same_as(greedy.decoded)[0],
         greedy_s=greedy.seconds,
         jacobi_s=jacobi_s,
         prefill_s=greedy.prefill_s,
@@ -176,7 +170,7 @@ def run_overhead(
         for variant, block_size in tqdm(configs, desc="configurations", disable=not progress)
         for reference in greedy
     ]
-    context = greedy[0].sequences[:, : greedy[0].inputs["input_ids"].shape[1] + max_new_tokens // 2]
+    context = greedy[0].decoded.sequences[:, : greedy[0].inputs["input_ids"].shape[1] + max_new_tokens // 2]
     curve = forward_cost_curve(model, context, sorted({1, *forward_costs}), repeats) if forward_costs else []
     return OverheadRun(results, summarize(results), curve, context.shape[1])
 

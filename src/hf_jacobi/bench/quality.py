@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from ..measurement import collapsed, common_prefix, distinct_ngrams
 from .sandbox import run_programs
 from .tasks.humaneval import chat_completion_code
 
@@ -26,37 +27,6 @@ CODE_TASKS = "code-tasks"
 DEFAULT_SETS = ("requests", CODE_TASKS)
 """The held-out prompt sources a quality evaluation answers by default: plain chat requests and code tasks with
 tests (`hf_jacobi.data.quality_sets`)."""
-
-COLLAPSE_WINDOW = 64
-"""Tokens at the end of an answer that the loop check reads: a loop that lasts this long has taken over."""
-COLLAPSE_ORDER = 4
-COLLAPSE_DISTINCT = 0.4
-"""An answer has collapsed when under this share of its last COLLAPSE_WINDOW tokens' COLLAPSE_ORDER-grams differ."""
-
-
-def distinct_ngrams(answers: Sequence[Sequence[int]], n: int = 3) -> float:
-    """Distinct token n-grams over all n-grams of the answers: low when the model repeats itself."""
-    grams = [tuple(a[i : i + n]) for a in answers for i in range(len(a) - n + 1)]
-    return len(set(grams)) / max(len(grams), 1)
-
-
-def collapsed(answer: Sequence[int]) -> bool:
-    """Whether the answer ends in a loop. Answers shorter than the window ended by themselves and never count: a
-    looping answer runs to the token budget."""
-    tail = list(answer[-COLLAPSE_WINDOW:])
-    if len(tail) < COLLAPSE_WINDOW:
-        return False
-    return distinct_ngrams([tail], COLLAPSE_ORDER) < COLLAPSE_DISTINCT
-
-
-def common_prefix(first: Sequence[int], second: Sequence[int]) -> int:
-    """Tokens two answers share from their start."""
-    length = 0
-    for a, b in zip(first, second, strict=False):
-        if a != b:
-            break
-        length += 1
-    return length
 
 
 def code_of(answer: str, task: CodeTask) -> str:

@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from ..decoding.cache import CACHE_ARGUMENT
-from .common import timed
+from ..measurement import timed
 
 DEFAULT_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

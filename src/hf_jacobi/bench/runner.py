@@ -21,8 +21,8 @@ from transformers import CompileConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..decoding.config import JacobiConfig
 from ..loading import eos_token_ids
-from .common import VARIANTS, generated_tokens, timed, variant_config
-from .quality import collapsed
+from ..measurement import Decoded, collapsed, common_prefix, decode
+from .common import VARIANTS, variant_config
 from .roofline import prefill_seconds
 from .tasks import BenchItem, BenchTask
 
@@ -172,18 +172,16 @@ class _Decoder:
         self.pad_id = model.generation_config.pad_token_id
         self.stops = {"stop_strings": list(task.stop_strings), "tokenizer": tokenizer} if task.stop_strings else {}
 
-    def generate(self, setting: Setting, inputs: dict[str, torch.Tensor], max_new_tokens: int | None = None):
-        return self.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens or self.max_new_tokens,
-            do_sample=False,
-            return_dict_in_generate=True,
+    def decode(self, setting: Setting, inputs: dict[str, torch.Tensor], max_new_tokens: int | None = None) -> Decoded:
+        return decode(
+            self.model,
+            inputs,
+            max_new_tokens or self.max_new_tokens,
+            setting.generate_kwargs(self.model.device),
+            eos_ids=self.eos_ids,
+            pad_id=self.pad_id,
             **self.stops,
-            **setting.generate_kwargs(self.model.device),
         )
-
-    def rows(self, output, prompt_width: int) -> list[list[int]]:
-        return [generated_tokens(row, self.eos_ids, self.pad_id) for row in output.sequences[:, prompt_width:]]
 
 
 def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str, torch.Tensor]], run: BenchRun):
@@ -201,11 +199,11 @@ def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str,
         try:
             if setting.kind == AR_COMPILED:
                 for batch in shapes:
-                    decoder.generate(setting, batch)
+                    decoder.decode(setting, batch)
             elif setting.compiled:
-                decoder.generate(setting, widest)
+                decoder.decode(setting, widest)
             else:
-                decoder.generate(setting, shapes[0], max_new_tokens=8)
+                decoder.decode(setting, shapes[0], max_new_tokens=8)
         except Exception as error:  # compilation problems come as many exception types; the fallback is the same
             if setting.kind != AR_COMPILED:
                 raise
@@ -251,12 +249,12 @@ def run_bench(
                 prefill_s = prefill_seconds(model, inputs)
                 reference: list[list[int]] | None = None
                 for setting in settings:
-                    output, seconds = timed(lambda setting=setting, inputs=inputs: decoder.generate(setting, inputs))
-                    rows = decoder.rows(output, inputs["input_ids"].shape[1])
+                    decoded = decoder.decode(setting, inputs)
+                    rows, seconds = decoded.answers, decoded.seconds
                     reference = rows if reference is None else reference
                     if round_index == 0:
                         first[(index, setting.name)] = rows
-                        run.samples.extend(_samples(decoder, setting, chunk, index, inputs, output, rows, reference))
+                        run.samples.extend(_samples(decoder, setting, chunk, index, inputs, decoded, reference))
                     elif rows != first[(index, setting.name)]:
                         raise RuntimeError(
                             f"{setting.name} gave different tokens in round {round_index + 1} than in round 1 on "
@@ -275,14 +273,12 @@ def run_bench(
     return run
 
 
-def _samples(decoder, setting, chunk: list[BenchItem], batch: int, inputs, output, rows, reference):
+def _samples(decoder, setting, chunk: list[BenchItem], batch: int, inputs, decoded: Decoded, reference):
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
-    forward_passes = getattr(output, "forward_passes", None)
     results = []
     for i, item in enumerate(chunk):
-        tokens = rows[i]
-        # AR: the prefill yields the first token, so a row of n tokens costs n - 1 decoding forwards.
-        forwards = int(forward_passes[i]) if forward_passes is not None else max(len(tokens) - 1, 0)
+        tokens = decoded.answers[i]
+        forwards = decoded.forwards[i]  # AR: n - 1 for n tokens, the prefill yields the first
         results.append(
             SampleResult(
                 setting=setting.name,
@@ -293,21 +289,12 @@ def _samples(decoder, setting, chunk: list[BenchItem], batch: int, inputs, outpu
                 forwards=forwards,
                 ended_on_eos=bool(tokens) and tokens[-1] in decoder.eos_ids,
                 identical=tokens == reference[i],
-                common_prefix=_common_prefix(tokens, reference[i]),
+                common_prefix=common_prefix(tokens, reference[i]),
                 completion=decoder.tokenizer.decode(tokens, skip_special_tokens=True),
                 collapsed=collapsed(tokens),
             )
         )
     return results
-
-
-def _common_prefix(tokens: list[int], reference: list[int]) -> int:
-    count = 0
-    for mine, theirs in zip(tokens, reference, strict=False):
-        if mine != theirs:
-            break
-        count += 1
-    return count
 
 
 def _score(task: BenchTask, run: BenchRun) -> None:

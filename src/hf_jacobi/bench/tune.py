@@ -22,7 +22,8 @@ from transformers import GenerationConfig
 
 from ..decoding.config import JacobiConfig
 from ..hub.export import TUNE_REPORT
-from .common import timed
+from ..loading import eos_token_ids
+from ..measurement import decode
 from .roofline import DEFAULT_WIDTHS, interpolate_cost, measure_roofline, prefill_seconds, roofline_knee
 from .tune_choice import Acceptance, Candidate, TuneResult, choose, predict
 
@@ -57,19 +58,14 @@ def measure_acceptance(
     model, prompts: list[dict[str, torch.Tensor]], candidates: list[Candidate], max_new_tokens: int, progress=True
 ) -> list[Acceptance]:
     """Runs every candidate on every prompt (batch 1) and sums tokens, forwards and widths."""
+    eos_ids = eos_token_ids(model.generation_config)
     results = []
     for candidate in tqdm(candidates, desc="acceptance", unit="candidate", disable=not progress):
-        tokens = forwards = width = 0
-        seconds = 0.0
-        kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False, "return_dict_in_generate": True}
-        kwargs.update(candidate.config.to_generate_kwargs())
-        for inputs in prompts:
-            out, wall = timed(lambda inputs=inputs, kwargs=kwargs: model.generate(**inputs, **kwargs))
-            tokens += out.sequences.shape[1] - inputs["input_ids"].shape[1]
-            forwards += int(out.forward_passes[0])
-            width += int(out.forward_tokens[0])
-            seconds += wall
-        results.append(Acceptance(candidate, tokens, forwards, width, seconds))
+        runs = [decode(model, inputs, max_new_tokens, candidate.config, eos_ids=eos_ids) for inputs in prompts]
+        tokens = sum(run.new_tokens[0] for run in runs)
+        forwards = sum(run.forwards[0] for run in runs)
+        width = sum(run.forward_tokens[0] for run in runs)
+        results.append(Acceptance(candidate, tokens, forwards, width, sum(run.seconds for run in runs)))
     return results
 
 
@@ -136,15 +132,16 @@ def tune(
     predictions = predict(curve, acceptances, overhead)
 
     warmed: set[Candidate] = set()
+    eos_ids = eos_token_ids(model.generation_config)
 
     def measure(candidate: Candidate | None) -> float:
-        kwargs = greedy_kwargs if candidate is None else {"do_sample": False, **candidate.config.to_generate_kwargs()}
+        settings = None if candidate is None else candidate.config
         if candidate is not None and candidate.compiled and candidate not in warmed:
             # the longest prompt first: its static cache is kept by the shorter calls, so one graph serves them all
             for p in sorted(prompts, key=lambda p: -p["input_ids"].shape[1]):
-                model.generate(**p, max_new_tokens=max_new_tokens, **kwargs)
+                decode(model, p, max_new_tokens, settings, eos_ids=eos_ids)
             warmed.add(candidate)
-        return sum(timed(lambda p=p: model.generate(**p, max_new_tokens=max_new_tokens, **kwargs))[1] for p in prompts)
+        return sum(decode(model, p, max_new_tokens, settings, eos_ids=eos_ids).seconds for p in prompts)
 
     choice, speedup, verified = choose(predictions, measure, verify_top, margin, rounds, compiled)
     return TuneResult(

@@ -15,12 +15,12 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import OutputPathError, check_writable
-from ..bench.common import generated_tokens
 from ..chat import encode_chat
 from ..decoding.config import JacobiConfig
 from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
 from ..loading import DTYPES, EMBEDDED, eos_token_ids
 from ..loading import load_model as _load_model
+from ..measurement import Decoded, decode
 from .arg_types import checkpoint_dir, non_negative_int, positive_int
 
 DEBUG_ENV = "HF_JACOBI_DEBUG"
@@ -76,6 +76,11 @@ class LoadedModel:
     def describe(self, dtype: str) -> str:
         return f"model: {self.name} | device: {self.model.device} | dtype: {dtype}"
 
+    def decode(self, inputs: dict[str, torch.Tensor], max_new_tokens: int, settings=None, **kwargs) -> Decoded:
+        """One measured generate (`hf_jacobi.measurement.decode`): greedy when `settings` is None."""
+        pad_id = self.model.generation_config.pad_token_id
+        return decode(self.model, inputs, max_new_tokens, settings, eos_ids=self.eos_ids, pad_id=pad_id, **kwargs)
+
 
 def load_model(
     path: Path | None, dtype: str, jacobi_forcing: bool = False, adapter: Path | None = None
@@ -115,12 +120,6 @@ def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
     from ..adapters import JACOBI_FORCING_WEIGHTS
 
     return with_adapter(loaded, JACOBI_FORCING_WEIGHTS, f"{DEFAULT_MODEL_NAME} + Jacobi Forcing adapter (embedded)")
-
-
-def new_token_counts(sequences: torch.Tensor, prompt_width: int, eos_ids: set[int]) -> list[int]:
-    """Tokens each row generated, up to and including its first EOS; the padding greedy adds after it is not counted,
-    which gives greedy the smallest honest forward count when rows of a batch finish at different times."""
-    return [len(generated_tokens(row, eos_ids)) for row in sequences[:, prompt_width:]]
 
 
 def per_forward(tokens: int, forwards: int) -> str:

@@ -7,10 +7,8 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 
-import torch
 from tqdm import tqdm
 
-from ..bench.common import timed
 from ..decoding.config import JacobiConfig
 from .arg_types import positive_int
 from .common import (
@@ -21,7 +19,6 @@ from .common import (
     jacobi_config,
     load_model,
     load_source_prompts,
-    new_token_counts,
     per_forward,
     warm_up,
     with_jacobi_forcing,
@@ -87,27 +84,13 @@ def run_model(
         inputs = {k: v.to(model.device) for k, v in left_padded(ids, tokenizer.pad_token_id).items()}
         if start == 0:
             warm_up(loaded, inputs)
-        greedy, seconds = timed(
-            lambda inputs=inputs: model.generate(
-                **inputs, max_new_tokens=args.max_new_tokens, do_sample=False, decoding="greedy"
-            )
-        )
-        run.greedy_s += seconds
-        jacobi, seconds = timed(
-            lambda inputs=inputs: model.generate(
-                **inputs,
-                max_new_tokens=args.max_new_tokens,
-                do_sample=False,
-                return_dict_in_generate=True,
-                **settings.to_generate_kwargs(),
-            )
-        )
-        run.jacobi_s += seconds
-        same_shape = greedy.shape == jacobi.sequences.shape
-        tokens = new_token_counts(greedy, inputs["input_ids"].shape[1], loaded.eos_ids)
+        greedy = loaded.decode(inputs, args.max_new_tokens)
+        jacobi = loaded.decode(inputs, args.max_new_tokens, settings)
+        run.greedy_s += greedy.seconds
+        run.jacobi_s += jacobi.seconds
+        same = jacobi.same_as(greedy)
         for i, (prompt_id, _) in enumerate(chunk):
-            identical = same_shape and torch.equal(greedy[i], jacobi.sequences[i])
-            run.rows.append(Row(prompt_id, tokens[i], max(tokens[i] - 1, 0), int(jacobi.forward_passes[i]), identical))
+            run.rows.append(Row(prompt_id, greedy.new_tokens[i], greedy.forwards[i], jacobi.forwards[i], same[i]))
         progress.update(len(chunk))
     progress.close()
     return run

@@ -7,7 +7,6 @@ import argparse
 import torch
 from transformers import TextStreamer
 
-from ..bench.common import timed
 from .arg_types import non_negative_int, positive_float, probability
 from .common import (
     CliError,
@@ -16,7 +15,6 @@ from .common import (
     encode_prompt,
     jacobi_config,
     load_model,
-    new_token_counts,
     summary,
     warm_up,
 )
@@ -47,28 +45,15 @@ def run_generate(args: argparse.Namespace) -> int:
     settings = jacobi_config(args, model.generation_config)
     torch.manual_seed(args.seed)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    jacobi, jacobi_s = timed(
-        lambda: model.generate(
-            **inputs,
-            max_new_tokens=args.max_new_tokens,
-            return_dict_in_generate=True,
-            streamer=streamer,
-            **sampling,
-            **settings.to_generate_kwargs(),
-        )
-    )
-    tokens = new_token_counts(jacobi.sequences, prompt_width, loaded.eos_ids)[0]
-    forwards = int(jacobi.forward_passes[0])
-    print(summary("jacobi", tokens, forwards, jacobi_s) + f" ({describe_settings(settings)})")
+    jacobi = loaded.decode(inputs, args.max_new_tokens, settings, streamer=streamer, **sampling)
+    summary_line = summary("jacobi", jacobi.new_tokens[0], jacobi.forwards[0], jacobi.seconds)
+    print(f"{summary_line} ({describe_settings(settings)})")
     if not args.compare:
         return 0
 
-    greedy, greedy_s = timed(
-        lambda: model.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=False, decoding="greedy")
-    )
-    greedy_tokens = new_token_counts(greedy, prompt_width, loaded.eos_ids)[0]
-    print(summary("greedy", greedy_tokens, max(greedy_tokens - 1, 0), greedy_s))
-    identical = greedy.shape == jacobi.sequences.shape and torch.equal(greedy, jacobi.sequences)
+    greedy = loaded.decode(inputs, args.max_new_tokens)
+    print(summary("greedy", greedy.new_tokens[0], greedy.forwards[0], greedy.seconds))
+    identical = all(jacobi.same_as(greedy))
     print(f"identical: {'yes' if identical else 'no'}")
     return 0 if identical else 1
 

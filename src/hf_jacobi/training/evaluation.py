@@ -15,11 +15,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..batching import in_batches, left_padded
-from ..bench.common import generated_tokens
-from ..bench.quality import distinct_ngrams
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
 from ..loading import eos_token_ids
+from ..measurement import Decoded, decode, distinct_ngrams
 
 
 @dataclass
@@ -57,37 +56,24 @@ class ModelFigures:
 
 
 @torch.inference_mode()
-def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[torch.Tensor]:
-    """Greedy decoding's output tensor for each batch of prompts (the reference Jacobi outputs must equal).
-
-    Greedy is asked for by name: a checkpoint whose generation config defaults to `decoding="jacobi"` would otherwise
-    compare Jacobi with itself."""
+def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[Decoded]:
+    """Greedy decoding of each batch of prompts, measured (the reference Jacobi outputs must equal)."""
     model = enable_jacobi(model)
-    pad_id = model.generation_config.pad_token_id
+    pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
     return [
-        model.generate(
-            **left_padded(batch, pad_id, model.device),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            decoding="greedy",
-        )
+        decode(model, left_padded(batch, pad_id, model.device), max_new_tokens, eos_ids=eos_ids, pad_id=pad_id)
         for batch in tqdm(list(in_batches(prompts, batch_size)), desc="greedy", leave=False)
     ]
 
 
-def answers_of(model, prompts: list[list[int]], outputs: list[torch.Tensor], batch_size: int) -> list[list[int]]:
-    """Each prompt's generated tokens in `outputs`, up to and including its EOS, padding dropped."""
-    pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
-    answers: list[list[int]] = []
-    for batch, out in zip(in_batches(prompts, batch_size), outputs, strict=True):
-        width = max(len(p) for p in batch)
-        answers.extend(generated_tokens(row, eos_ids, pad_id) for row in out[:, width:])
-    return answers
+def answers_of(outputs: list[Decoded]) -> list[list[int]]:
+    """Each prompt's generated tokens, batch after batch."""
+    return [answer for output in outputs for answer in output.answers]
 
 
 def greedy_answers(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[list[int]]:
     """Each prompt's greedy answer, up to and including its EOS."""
-    return answers_of(model, prompts, greedy_outputs(model, prompts, max_new_tokens, batch_size), batch_size)
+    return answers_of(greedy_outputs(model, prompts, max_new_tokens, batch_size))
 
 
 @torch.inference_mode()
@@ -98,7 +84,7 @@ def measure_setting(
     prompts: list[list[int]],
     max_new_tokens: int,
     batch_size: int,
-    greedy: list[torch.Tensor] | None = None,
+    greedy: list[Decoded] | None = None,
 ) -> SettingFigures:
     """Jacobi decoding with `config` over the prompts in batches, each batch checked against greedy's output
     (`greedy`, from `greedy_outputs` with the same batching, is computed here when not given)."""
@@ -111,17 +97,10 @@ def measure_setting(
     batches = list(in_batches(prompts, batch_size))
     for batch, reference in tqdm(list(zip(batches, greedy, strict=True)), desc=name, leave=False):
         inputs = left_padded(batch, pad_id, model.device)
-        out = model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            return_dict_in_generate=True,
-            **config.to_generate_kwargs(),
-        )
-        identical &= out.sequences.shape == reference.shape and torch.equal(out.sequences, reference)
-        width = inputs["input_ids"].shape[1]
-        tokens += sum(len(generated_tokens(row, eos_ids, pad_id)) for row in out.sequences[:, width:])
-        forwards += int(out.forward_passes.sum())
+        out = decode(model, inputs, max_new_tokens, config, eos_ids=eos_ids, pad_id=pad_id)
+        identical &= all(out.same_as(reference))
+        tokens += sum(out.new_tokens)
+        forwards += sum(out.forwards)
     return SettingFigures(name, config.to_dict(), tokens, forwards, identical)
 
 
@@ -176,7 +155,7 @@ def evaluate_model(
     """All figures of one model, and its greedy answers (the reference for the next model measured)."""
     model.eval()
     greedy = greedy_outputs(model, prompts, max_new_tokens, batch_size)
-    answers = answers_of(model, prompts, greedy, batch_size)
+    answers = answers_of(greedy)
     figures = [
         measure_setting(model, name, config, prompts, max_new_tokens, batch_size, greedy)
         for name, config in settings.items()
