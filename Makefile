@@ -46,7 +46,7 @@ docs-figures: setup
 	$(BIN)/python tools/docs_figures.py
 
 test: lint docs
-	$(BIN)/python -m pytest -q -m "not fuzz"
+	$(BIN)/python -m pytest -q -m "not fuzz" --durations=20
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not integration and not fuzz"
