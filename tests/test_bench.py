@@ -11,7 +11,8 @@ import torch
 
 from hf_jacobi import enable_jacobi, measurement
 from hf_jacobi.bench import report, runner
-from hf_jacobi.bench.runner import AR_COMPILED, AR_STATIC, Setting, bench_settings, run_bench
+from hf_jacobi.bench.runner import run_bench
+from hf_jacobi.bench.settings import AR_COMPILED, AR_STATIC, JACOBI, Setting, bench_settings
 from hf_jacobi.bench.tasks import BenchItem, BenchTask, Score, load_task
 from hf_jacobi.cli import main
 from tiny_models import tiny_model, tiny_tokenizer
@@ -216,7 +217,7 @@ def test_skip_takes_a_later_slice_of_the_problems():
 def test_batch_forwards_count_each_batchs_slowest_row():
     """A batch decodes until its last row is done, so at batch > 1 the bench reports the forwards the batches ran
     (their slowest rows') beside the rows' tokens per forward, which alone would overstate the speedup."""
-    setting = Setting("Jacobi plain n=4", runner.JACOBI, block_size=4, variant="plain")
+    setting = Setting("Jacobi plain n=4", JACOBI, block_size=4, variant="plain")
 
     def sample(item: str, batch: int, forwards: int) -> runner.SampleResult:
         return runner.SampleResult(setting.name, item, batch, 5, 12, forwards, False, True, "x")
@@ -238,7 +239,7 @@ def test_batch_forwards_count_each_batchs_slowest_row():
 
 
 def test_collapsed_answers_are_counted_and_said_beside_the_speed():
-    setting = Setting("Jacobi plain n=4", runner.JACOBI, block_size=4, variant="plain")
+    setting = Setting("Jacobi plain n=4", JACOBI, block_size=4, variant="plain")
     loop, varied = [7, 8, 9, 10] * 20, list(range(80))
     run = runner.BenchRun("words", "accuracy", [setting])
     for item, tokens in (("a", loop), ("b", varied), ("c", loop)):

@@ -135,3 +135,21 @@ def test_wheel_ships_every_module_and_data_file(tmp_path):
     expected |= {f"hf_jacobi/model_cards/{path.name}" for path in (tree / "model_cards").glob("*.md")}
     assert expected, "nothing found to check"
     assert not expected - shipped, f"missing from the wheel: {sorted(expected - shipped)}"
+
+
+def test_no_source_file_over_300_lines_and_no_function_over_60() -> None:
+    """The house rule of the redesign (issue 37): small modules with one concern, functions that fit on a screen."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "src" / "hf_jacobi"
+    long_files, long_functions = [], []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 300:
+            long_files.append(str(path.relative_to(root)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{path.relative_to(root)}:{node.name}")
+    assert not long_files, f"source files over 300 lines: {long_files}"
+    assert not long_functions, f"functions over 60 lines: {long_functions}"

@@ -20,7 +20,8 @@ import torch
 from ..atomic import write_text
 from ..figures import save_figure
 from ..hub.results import markdown_table
-from .runner import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, BenchRun
+from .runner import BenchRun
+from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI
 
 __all__ = [
     "fmt",

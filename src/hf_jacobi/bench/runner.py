@@ -12,112 +12,17 @@ Batches run every setting back to back, so slow drift of the machine's speed tou
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
-from transformers import CompileConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..decoding.config import JacobiConfig
 from ..loading import eos_token_ids
 from ..measurement import Decoded, collapsed, common_prefix, decode
-from .common import VARIANTS, variant_config
 from .roofline import prefill_seconds
+from .settings import AR, AR_COMPILED, AR_STATIC, Setting
 from .tasks import BenchItem, BenchTask
-
-AR = "ar"
-AR_STATIC = "ar-static"
-AR_COMPILED = "ar-compiled"
-JACOBI = "jacobi"
-DEFAULT_VARIANT = "default"
-AR_COMPILE_MODE = "reduce-overhead"
-"""torch.compile mode of the compiled greedy baseline: transformers' own default for a compiled static cache, which on
-CUDA replays the decoding step as a CUDA graph (mode "default" does not), i.e. the strongest greedy a user gets from
-`generate`. Recorded in bench.json and the notes, since figures against another mode do not compare."""
-EAGER = "eager"
-COMPILED = "compiled"
-JACOBI_PATHS = (EAGER, COMPILED)
-"""How a Jacobi setting runs its verify forwards: eagerly on the dynamic cache (the default path), or on the static
-cache with the forward compiled (`jacobi_cache_implementation="static"`, `jacobi_compile="always"`: transformers'
-default `CompileConfig`, mode "reduce-overhead", i.e. a CUDA graph on a GPU), so that both compiled paths compare."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One way of decoding: a greedy AR baseline or a Jacobi configuration."""
-
-    name: str
-    kind: str
-    block_size: int | None = None
-    variant: str | None = None
-    config: JacobiConfig | None = None  # a Jacobi setting given whole (the model's defaults), not as a variant
-
-    @classmethod
-    def model_defaults(cls, generation_config, path: str = EAGER) -> Setting:
-        """The Jacobi settings `generate(decoding="jacobi")` uses for this model with no other argument: what a user
-        of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time; on the compiled
-        path, the same settings with the static cache and a compiled forward."""
-        config = _on_path(JacobiConfig.from_generation_config(generation_config), path)
-        return cls(f"Jacobi default ({config.describe()})", JACOBI, config.block_size, DEFAULT_VARIANT, config)
-
-    @classmethod
-    def jacobi(cls, variant: str, block_size: int, path: str = EAGER) -> Setting:
-        """One benchmarked variant at one block size, on the eager or the compiled path."""
-        config = _on_path(variant_config(variant, block_size), path)
-        suffix = "" if path == EAGER else " (compiled static cache)"
-        return cls(f"Jacobi {variant} n={block_size}{suffix}", JACOBI, block_size, variant, config)
-
-    @property
-    def compiled(self) -> bool:
-        """Whether its first call compiles a graph (which the warm-up must pay for, at the shapes the timing uses)."""
-        return self.kind == AR_COMPILED or (self.config is not None and self.config.compile == "always")
-
-    def generate_kwargs(self, device: torch.device) -> dict[str, Any]:
-        if self.kind == AR:
-            return {"decoding": "greedy"}
-        if self.kind == AR_STATIC:
-            return {"decoding": "greedy", "cache_implementation": "static"}
-        if self.kind == AR_COMPILED:
-            config = CompileConfig(fullgraph=False, mode=AR_COMPILE_MODE)
-            # generate only auto-compiles on accelerators; on other devices it has to be asked explicitly
-            config._compile_all_devices = device.type not in ("cuda", "xpu")
-            return {"decoding": "greedy", "cache_implementation": "static", "compile_config": config}
-        config = self.config if self.config is not None else variant_config(self.variant, self.block_size)
-        return config.to_generate_kwargs()
-
-    @property
-    def is_ar(self) -> bool:
-        return self.kind in (AR, AR_STATIC, AR_COMPILED)
-
-
-def _on_path(config: JacobiConfig, path: str) -> JacobiConfig:
-    if path not in JACOBI_PATHS:
-        raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
-    if path == EAGER:
-        return config
-    return replace(config, cache_implementation="static", compile="always")
-
-
-def bench_settings(
-    block_sizes: list[int],
-    variants: list[str],
-    compiled_baseline: bool = True,
-    paths: tuple[str, ...] | list[str] = (EAGER,),
-) -> list[Setting]:
-    """Plain AR first (the reference every other setting is checked against), then the compiled AR, then Jacobi on
-    each of `paths` (eager, compiled)."""
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"unknown Jacobi variants {unknown}; accepted: {list(VARIANTS)}")
-    settings = [Setting("AR (generate)", AR)]
-    if compiled_baseline:
-        settings.append(Setting("AR (static cache + compile)", AR_COMPILED))
-    for path in paths:
-        for variant in variants:
-            for block in block_sizes:
-                settings.append(Setting.jacobi(variant, block, path))
-    return settings
 
 
 @dataclass

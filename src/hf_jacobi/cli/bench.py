@@ -26,7 +26,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     then `bench.partial.json` holds the batches done, so a run cut short by a time limit leaves its measurements.
     """
     from hf_jacobi.bench import report
-    from hf_jacobi.bench.runner import Setting, bench_settings, run_bench
+    from hf_jacobi.bench.runner import run_bench
+    from hf_jacobi.bench.settings import Setting, bench_settings
 
     writable_output(args.output_dir, "--output-dir")
     if importlib.util.find_spec("matplotlib") is None:
@@ -87,7 +88,7 @@ def _load_task(args: argparse.Namespace):
 
 def _run_meta(args: argparse.Namespace, model_name: str, task, settings) -> dict:
     """What bench.json records about the run besides its measurements: the command, model, task and budget."""
-    from hf_jacobi.bench.runner import AR_COMPILE_MODE, AR_COMPILED
+    from hf_jacobi.bench.settings import AR_COMPILE_MODE, AR_COMPILED
 
     return {
         "command": "hf-jacobi " + " ".join(args.argv),
@@ -135,7 +136,7 @@ def _add_problem_arguments(bench: argparse.ArgumentParser) -> None:
 def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
     """The model, and the Jacobi settings measured against its greedy baselines."""
     from hf_jacobi.bench.common import VARIANTS
-    from hf_jacobi.bench.runner import EAGER, JACOBI_PATHS
+    from hf_jacobi.bench.settings import EAGER, JACOBI_PATHS
 
     bench.add_argument(
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"

@@ -32,16 +32,7 @@ def run_forward_cost_command(args: argparse.Namespace) -> int:
         writable_output(args.json, "--json", folder=False)
     if args.cuda_graphs and not torch.cuda.is_available():
         raise CliError("--cuda-graphs replays each forward as a CUDA graph and needs a CUDA device; none is visible")
-    if args.architecture is not None:
-        if args.model is not None or args.jacobi_forcing or args.adapter is not None:
-            raise CliError(
-                f"--architecture {args.architecture} builds a random model: drop --model/--jacobi-forcing/--adapter"
-            )
-        model, name = _random_model(args.architecture, args.dtype)
-        describe = f"model: {name} | device: {model.device} | dtype: {args.dtype}"
-    else:
-        loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
-        model, name, describe = loaded.model, loaded.name, loaded.describe(args.dtype)
+    model, name, describe = _model(args)
     widths = sorted({1, *args.widths})
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and args.context + widths[-1] > limit:
@@ -83,6 +74,19 @@ def run_forward_cost_command(args: argparse.Namespace) -> int:
         }
         write_text(args.json, json.dumps(report, indent=2))
     return 0
+
+
+def _model(args: argparse.Namespace):
+    """The model to time (a random-weight architecture, or a loaded checkpoint), its name and its one-line description."""
+    if args.architecture is None:
+        loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
+        return loaded.model, loaded.name, loaded.describe(args.dtype)
+    if args.model is not None or args.jacobi_forcing or args.adapter is not None:
+        raise CliError(
+            f"--architecture {args.architecture} builds a random model: drop --model/--jacobi-forcing/--adapter"
+        )
+    model, name = _random_model(args.architecture, args.dtype)
+    return model, name, f"model: {name} | device: {model.device} | dtype: {args.dtype}"
 
 
 def _random_model(architecture: str, dtype: str):
