@@ -14,7 +14,7 @@ import torch
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.integrations import vllm_hook
 from hf_jacobi.integrations.vllm import chain_shape, checkpoint_settings, speculative_config
-from hf_jacobi.integrations.vllm_drafts import JacobiDrafter, RowStep, history_key, split_iterates
+from hf_jacobi.integrations.vllm_drafts import JacobiDrafter, RowStep, history_key, history_match, split_iterates
 from hf_jacobi.integrations.vllm_hook import UnsupportedVLLMError, check_vllm_version, keep_argmax, take_capture
 
 
@@ -164,3 +164,35 @@ def test_rows_in_prefill_get_no_draft_and_no_state():
     drafter = JacobiDrafter(block_size=4)
     assert drafter.propose([row([1, 2, 3], [], None)]) == [[]]
     assert len(drafter) == 0
+
+
+def test_history_match_takes_the_earliest_occurrence_of_the_longest_key():
+    text = np.array([1, 2, 3, 9, 1, 2, 3, 8, 5, 1, 2, 3])
+    assert history_match(text, 5) == [9, 1, 2, 3, 8]  # [5, 1, 2, 3] never came before; [1, 2, 3] first at 0
+    assert history_match(np.array([4, 1, 2, 3]), 5) == []  # no earlier occurrence of 2 or more tokens
+
+
+def test_lookup_replaces_a_shorter_iterate_tail_and_plain_keeps_the_jacobi_draws():
+    prompt = [7, 8, 9, 20, 21, 22, 23, 7, 8]
+    lookup = JacobiDrafter(block_size=4, mode="lookup").propose([row([*prompt, 9], [9], None)])[0]
+    assert lookup == [20, 21, 22]  # what followed 7, 8, 9 the first time
+    plain = JacobiDrafter(block_size=4, mode="plain").propose([row([*prompt, 9], [9], None)])[0]
+    assert plain != [20, 21, 22] and set(plain) <= set(prompt)  # the seeded prompt draws of generate()
+    # a longer iterate tail is kept: the lookup (3 tokens) must be longer than what the iterate reaches
+    drafter = JacobiDrafter(block_size=4, mode="lookup")
+    drafter.propose([row([1, 2, 3], [3], None)])
+    assert drafter.propose([row([1, 2, 3, 4], [4], [4, 30, 31, 32])])[0] == [30, 31, 32]
+
+
+def test_fill_takes_the_pools_ngram_where_the_iterate_stops():
+    drafter = JacobiDrafter(block_size=4, mode="fill", pool_size=2)
+    assert drafter.propose([row([1, 5, 6, 7, 8, 2, 5], [5], None)])[0] == [6, 7, 8]  # the prompt's n-gram after 5
+    with pytest.raises(ValueError, match=r"draft mode must be one of \['lookup', 'fill', 'plain'\], got 'tree'"):
+        JacobiDrafter(block_size=4, mode="tree")
+
+
+def test_an_unknown_draft_mode_is_refused_before_the_engine_starts(fake_vllm, monkeypatch):
+    fake_vllm("0.32.0")
+    monkeypatch.setenv("HF_JACOBI_VLLM_DRAFTS", "tree")
+    with pytest.raises(ValueError, match=r"HF_JACOBI_VLLM_DRAFTS='tree' is not a draft mode"):
+        speculative_config(7)

@@ -8,9 +8,11 @@
 Each step vLLM verifies the drafts of every request in one forward and keeps the longest prefix its own sampler
 agrees with, so the output is vLLM's greedy output whatever the drafts are. The proposer's drafts are the Jacobi
 iterate: the target's greedy token at every verified position past the accepted prefix, then fresh tokens drawn from
-the prompt, exactly as `generate(decoding="jacobi")` does. Several blocks in flight are one longer chain
-(`num_speculative_tokens = num_blocks * block_size - 1`). Rejection recycling's extra branches cannot be verified,
-because vLLM verifies one linear chain per request: the checkpoint's `jacobi_ngram_pool_size` is ignored.
+the prompt, as `generate(decoding="jacobi")` does. Several blocks in flight are one longer chain
+(`num_speculative_tokens = num_blocks * block_size - 1`). vLLM verifies one chain per request, so rejection
+recycling cannot add branches; instead, by default, the chain's tail is replaced by what followed the request's last
+tokens earlier in its own text where that is longer (prompt lookup), and the positions the iterate does not reach
+take recycled n-grams (`vllm_drafts.JacobiDrafter`'s modes, chosen with HF_JACOBI_VLLM_DRAFTS).
 
 Only `vllm_hook` touches vLLM's internals; this module imports vLLM lazily, so `hf_jacobi` never needs it.
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..decoding.config import JACOBI_PREFIX, JacobiConfig
-from .vllm_drafts import JacobiDrafter, RowStep, split_iterates
+from .vllm_drafts import DRAFT_MODES, JacobiDrafter, RowStep, split_iterates
 from .vllm_hook import (
     SUPPORTED_RANGE,
     UnsupportedVLLMError,
@@ -38,6 +40,9 @@ __all__ = ["SUPPORTED_RANGE", "JacobiProposer", "UnsupportedVLLMError", "check_v
 logger = logging.getLogger(__name__)
 
 PROPOSER_PATH = f"{__name__}.JacobiProposer"
+DRAFT_MODE_VARIABLE = "HF_JACOBI_VLLM_DRAFTS"
+"""Environment variable choosing `JacobiDrafter`'s mode ("lookup", "fill" or "plain") in vLLM's worker processes,
+which inherit the environment: a custom_class speculative config carries no options of its own."""
 
 
 def chain_shape(num_speculative_tokens: int, settings: JacobiConfig | None) -> tuple[int, int]:
@@ -93,7 +98,16 @@ def speculative_config(num_speculative_tokens: int | None = None, model: str | o
             raise ValueError(f"{model!r} carries no jacobi_* settings: pass num_speculative_tokens")
         num_speculative_tokens = settings.num_blocks * settings.block_size - 1
     chain_shape(num_speculative_tokens, settings)
+    draft_mode()
     return {"method": "custom_class", "model": PROPOSER_PATH, "num_speculative_tokens": num_speculative_tokens}
+
+
+def draft_mode() -> str:
+    """The draft mode HF_JACOBI_VLLM_DRAFTS names (default "lookup"), refused by name when it is not one."""
+    mode = os.environ.get(DRAFT_MODE_VARIABLE, "lookup")
+    if mode not in DRAFT_MODES:
+        raise ValueError(f"{DRAFT_MODE_VARIABLE}={mode!r} is not a draft mode; accepted: {list(DRAFT_MODES)}")
+    return mode
 
 
 class JacobiProposer:
@@ -110,18 +124,20 @@ class JacobiProposer:
         settings = checkpoint_settings(vllm_config.model_config.try_get_generation_config())
         block_size, num_blocks = chain_shape(spec.num_speculative_tokens, settings)
         defaults = settings or JacobiConfig()
-        if defaults.ngram_pool_size:
-            logger.info(
-                "jacobi_ngram_pool_size=%d ignored: vLLM verifies one chain per request", defaults.ngram_pool_size
-            )
         self.drafter = JacobiDrafter(
             block_size=block_size,
             num_blocks=num_blocks,
             spawn_ratio=defaults.spawn_ratio,
             draft_seed=defaults.draft_seed,
+            mode=draft_mode(),
+            pool_size=defaults.ngram_pool_size,
+            ngram_size=defaults.ngram_size,
+            ngram_key_size=defaults.ngram_key_size,
         )
         install_argmax_hook()
-        logger.info("Jacobi proposer: block %d, up to %d block(s)", block_size, num_blocks)
+        logger.info(
+            "Jacobi proposer: block %d, up to %d block(s), drafts %r", block_size, num_blocks, self.drafter.mode
+        )
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load: the drafts come from the target's own predictions (vLLM's CPU runner calls this)."""

@@ -23,6 +23,10 @@ import torch
 
 from ..decoding.chain import DraftChain
 from ..decoding.drafts import PromptDrafter
+from ..decoding.recycling import NgramPool
+
+DRAFT_MODES = ("lookup", "fill", "plain")
+"""How the chain is completed past the Jacobi iterate; see `JacobiDrafter`."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class RowStep:
 class _RequestState:
     chain: DraftChain
     drafter: PromptDrafter
+    pool: NgramPool | None = None
     idle_steps: int = 0
 
 
@@ -61,6 +66,14 @@ class JacobiDrafter:
         spawn_ratio: `DraftChain`'s rule for when the next block joins.
         draft_seed: seeds each request's draw of fresh tokens from its prompt (`PromptDrafter`, as in generate()).
         max_idle_steps: steps a state may go unclaimed before it is dropped.
+        mode: what completes the chain, since vLLM verifies one chain and recycling cannot add branches:
+            "plain": the iterate, then random prompt tokens, exactly as generate(decoding="jacobi") without a pool;
+            "fill": the iterate, then the pool's n-gram for the text before the positions it does not reach
+            (`NgramPool`, fed with the prompt, the commits and rejected draft tails, as recycling feeds it);
+            "lookup" (default): where the request's own text holds its last 2-4 tokens earlier, what followed them
+            there replaces the iterate's tail if it is longer (prompt lookup); else as "fill".
+        pool_size: n-grams kept per key (the checkpoint's `jacobi_ngram_pool_size`; 0: random tokens fill instead).
+        ngram_size, ngram_key_size: the pool's n-gram length (default block_size - 1) and key length.
     """
 
     block_size: int
@@ -68,8 +81,18 @@ class JacobiDrafter:
     spawn_ratio: float = 0.85
     draft_seed: int = 0
     max_idle_steps: int = 16
+    mode: str = "lookup"
+    pool_size: int = 0
+    ngram_size: int | None = None
+    ngram_key_size: int = 2
     _states: dict[bytes, list[_RequestState]] = field(default_factory=dict, repr=False)
-    stats: dict[str, int] = field(default_factory=lambda: {"rows": 0, "iterates": 0, "mismatches": 0}, repr=False)
+    stats: dict[str, int] = field(
+        default_factory=lambda: {"rows": 0, "iterates": 0, "mismatches": 0, "lookups": 0}, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode not in DRAFT_MODES:
+            raise ValueError(f"the Jacobi draft mode must be one of {list(DRAFT_MODES)}, got {self.mode!r}")
 
     @property
     def max_drafts(self) -> int:
@@ -116,7 +139,11 @@ class JacobiDrafter:
         chain = DraftChain(
             tokens, self.block_size, self.num_blocks, self.spawn_ratio, fill=lambda n: drafter.draw(0, n)
         )
-        return _RequestState(chain=chain, drafter=drafter)
+        pool = None
+        if self.pool_size and self.mode != "plain":
+            pool = NgramPool(self.pool_size, self.ngram_size or max(self.block_size - 1, 1), self.ngram_key_size)
+            pool.add_sequence(prompt, first_start=1, last_start=len(prompt) - pool.ngram_size)
+        return _RequestState(chain=chain, drafter=drafter, pool=pool)
 
     def _advance(self, state: _RequestState, row: RowStep) -> list[int]:
         """The Jacobi update: the committed token, the iterate's predictions past it, then fresh tokens."""
@@ -129,8 +156,29 @@ class JacobiDrafter:
                 self.stats["iterates"] += 1
             else:  # a sampled (non-greedy) row, or a capture that does not belong to this step
                 self.stats["mismatches"] += 1
+        if self.mode == "lookup":
+            found = history_match(row.history, self.max_drafts)
+            if len(found) > len(continuation) - 1:
+                continuation = [continuation[0], *found]
+                self.stats["lookups"] += 1
+        if state.pool is not None:
+            continuation = self._recycle(state, row.history.tolist(), taken, continuation)
         state.chain.advance(taken, continuation, state.chain.fill)
         return state.chain.tokens[1 : self.max_drafts + 1]
+
+    def _recycle(self, state: _RequestState, text: list[int], taken: int, continuation: list[int]) -> list[int]:
+        """Feeds the pool this step's commits and the last chain's rejected tail (as `RecyclingProposer` does), then
+        appends its n-gram for the text before the first position the continuation does not reach."""
+        pool, size, key = state.pool, state.pool.ngram_size, state.pool.key_size
+        pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
+        previous = state.chain.tokens
+        if taken < len(previous):  # drafts past the accepted ones were rejected: keep them for their context
+            context = text[max(0, len(text) - taken - key) : len(text) - taken]
+            pool.add_sequence(context + previous[1:], first_start=len(context) + taken - 1)
+        if len(continuation) > self.max_drafts:
+            return continuation
+        found = pool.candidates([*text, *continuation[1:]][-key:], 1)
+        return continuation + list(found[0]) if found else continuation
 
     def _drop_idle(self) -> None:
         for key in [
@@ -141,6 +189,21 @@ class JacobiDrafter:
                 self._states[key] = kept
             else:
                 del self._states[key]
+
+
+def history_match(text: np.ndarray, length: int, longest_key: int = 4, shortest_key: int = 2) -> list[int]:
+    """What followed the earliest occurrence of the text's last 2-4 tokens (longest key first), up to `length`
+    tokens: prompt lookup over the request's own text, as vLLM's n-gram proposer does."""
+    size = len(text)
+    for key in range(longest_key, shortest_key - 1, -1):
+        if size <= key:
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(text[: size - 1], key)
+        hits = np.flatnonzero((windows == text[size - key :]).all(axis=1))
+        if len(hits):
+            start = int(hits[0]) + key
+            return text[start : start + length].tolist()
+    return []
 
 
 def history_key(tokens: np.ndarray) -> bytes:
