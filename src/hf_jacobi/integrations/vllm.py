@@ -60,7 +60,7 @@ def chain_shape(num_speculative_tokens: int, settings: JacobiConfig | None) -> t
     if (k + 1) % block:
         choices = ", ".join(str(blocks * block - 1) for blocks in (1, 2, 3))
         raise ValueError(
-            f"num_speculative_tokens={k} does not fit the checkpoint's jacobi_block_size={block}: the Jacobi chain "
+            f"num_speculative_tokens={k} does not fit the checkpoint's Jacobi block size ({block}): the Jacobi chain "
             f"is num_blocks * block_size - 1 speculative tokens, so use one of {choices}, ... (its own setting, "
             f"{settings.num_blocks} block(s), is {settings.num_blocks * block - 1})"
         )
