@@ -173,10 +173,11 @@ def markdown(report: dict) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for setting, methods in report["median"].items():
-        base = methods["ar"]["tokens_per_second"]
+        base = methods["ar"]["tokens_per_second"] if "ar" in methods else None
         for method, row in methods.items():
+            ratio = f"{row['tokens_per_second'] / base:.2f}x" if base else "-"
             lines.append(
-                f"| {setting} | {method} | {row['tokens_per_second']:.2f} | {row['tokens_per_second'] / base:.2f}x | "
+                f"| {setting} | {method} | {row['tokens_per_second']:.2f} | {ratio} | "
                 f"{row['tokens_per_decode_forward']:.3f} | {row['identical']}/{row['requests']} |"
             )
     ngram = report["ngram"]
