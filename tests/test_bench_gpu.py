@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_models import EOS, PAD, VOCAB, tiny_model
+from tiny_models import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,26 +25,10 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def _tokenizer():
-    """The tiny vocabulary with unknown words read as "t3" (the prompts are English; as padding they would give
-    the model nothing to answer)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD, "<s>": 1, "</s>": EOS, **{f"t{i}": i for i in range(3, VOCAB)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="t3"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="t3"
-    )
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    return tokenizer
-
-
 def test_tiny_run_writes_every_phase_and_projects_from_the_curves(tmp_path: Path) -> None:
     checkpoint = tmp_path / "tiny"
     tiny_model("llama").save_pretrained(checkpoint)
-    _tokenizer().save_pretrained(checkpoint)
+    tiny_tokenizer(unknown="t3").save_pretrained(checkpoint)  # English prompts: unknown words as a real token
     out = tmp_path / "gpu"
     driver = _driver()
     assert driver.main(["--tiny", "--model", str(checkpoint), "--no-compile", "--output-dir", str(out)]) == 0

@@ -101,17 +101,18 @@ def fresh_tiny_model(family: str = "llama", seed: int = 0, attn_implementation: 
     return model
 
 
-def tiny_tokenizer():
+def tiny_tokenizer(unknown: str = "<pad>"):
     """A word-level tokenizer over the tiny vocabulary ("t3" ... "t127"), with a chat template and the special ids the
-    tiny models use; trainers and collection need a real tokenizer object."""
+    tiny models use; trainers and collection need a real tokenizer object. Words outside the vocabulary become
+    `unknown` (padding by default; an ordinary token where real English prompts must give the model something)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<pad>": PAD, "<s>": 1, "</s>": EOS, **{f"t{i}": i for i in range(3, VOCAB)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=unknown))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<pad>"
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token=unknown
     )
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     tokenizer.padding_side = "left"
