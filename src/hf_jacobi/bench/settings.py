@@ -27,7 +27,7 @@ EAGER = "eager"
 COMPILED = "compiled"
 JACOBI_PATHS = (EAGER, COMPILED)
 """How a Jacobi setting runs its verify forwards: eagerly on the dynamic cache (the default path), or on the static
-cache with the forward compiled (`jacobi_cache_implementation="static"`, `jacobi_compile="always"`: transformers'
+cache with the forward compiled on any device (`JacobiConfig` cache "static", compile "always": transformers'
 default `CompileConfig`, mode "reduce-overhead", i.e. a CUDA graph on a GPU), so that both compiled paths compare."""
 
 
