@@ -169,6 +169,21 @@ def test_later_calls_reuse_the_longest_cache_so_shapes_repeat(spy):
     assert spy["caches"][-1][0] is not spy["caches"][0][0]
 
 
+def test_a_cache_made_under_inference_mode_is_not_reused_outside_it():
+    """Inference tensors cannot be written outside torch.inference_mode: a call outside it gets a cache of its own
+    (the CLI decodes under inference mode; a user's later call may not)."""
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    ids, mask = random_prompts(2, 9, seed=7)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 12}
+    jacobi = {"decoding": "jacobi", **STATIC, "jacobi_block_size": 4}
+    with torch.inference_mode():
+        inside = model.generate(ids, **kwargs, **jacobi)
+    outside = model.generate(ids, **kwargs, **jacobi)
+    again = model.generate(ids, **kwargs, **jacobi)
+    greedy = model.generate(ids, **kwargs)
+    assert torch.equal(inside, greedy) and torch.equal(outside, greedy) and torch.equal(again, greedy)
+
+
 def test_sampling_on_the_static_path_draws_what_the_dynamic_path_draws():
     """The same seed gives the same tokens: the acceptance rule draws the same random numbers in the same order."""
     model = enable_jacobi(tiny_model("llama", 0))

@@ -206,8 +206,12 @@ def _reusable_cache(model, prefilled: DynamicCache, length: int) -> JacobiStatic
     call (stale slots stay unread: a slot is attended to only once this call has written it); else a new one."""
     cache = getattr(model, CACHE_ATTRIBUTE, None)
     if cache is not None and len(cache.layers) == len(prefilled.layers):
+        # tensors made under torch.inference_mode cannot be written outside it (nor normal ones reused inside it
+        # without a copy), so a cache is only reused in the mode it was made in
+        mode = torch.is_inference_mode_enabled()
         fits = all(
             mine.is_initialized
+            and mine.keys.is_inference() == mode
             and mine.keys.shape == (*theirs.keys.shape[:2], length, theirs.keys.shape[3])
             and mine.values.shape == (*theirs.values.shape[:2], length, theirs.values.shape[3])
             and mine.keys.dtype == theirs.keys.dtype
