@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from hf_jacobi.bench.common import variant_config
 from hf_jacobi.bench.roofline import interpolate_cost
 from hf_jacobi.cli import main as hf_jacobi
 from hf_jacobi.decoding.checks import widest_forward
@@ -83,7 +84,8 @@ def run_curves(plan: dict, out: Path) -> None:
         if hf_jacobi(argv + graphs) != 0 and graphs:
             print(f"CUDA graph capture failed for {architecture} {dtype}: timing eager forwards instead", flush=True)
             hf_jacobi(argv)
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def run_decode(plan: dict, out: Path, model: Path | None, compile_paths: bool) -> bool:
@@ -122,12 +124,12 @@ def environment() -> dict:
     return env
 
 
-def setting_width(row: dict, default: JacobiConfig) -> int | None:
-    """Columns per forward of a Jacobi setting on the compiled path (chain + candidates; 128-token budget)."""
+def setting_width(row: dict, default: JacobiConfig, max_new_tokens: int) -> int | None:
+    """Columns per forward of a Jacobi setting on the compiled path (chain + candidates, at the run's budget)."""
     if row["kind"] != "jacobi":
         return None
-    config = default if row["variant"] == "default" else JacobiConfig(block_size=16, num_blocks=2, ngram_pool_size=4)
-    return sum(widest_forward(config, 100, 128))
+    config = default if row["variant"] == "default" else variant_config(row["variant"], row["block_size"])
+    return sum(widest_forward(config, 100, max_new_tokens))
 
 
 def decode_rows(out: Path, default: JacobiConfig) -> list[dict]:
@@ -145,7 +147,7 @@ def decode_rows(out: Path, default: JacobiConfig) -> list[dict]:
                     "setting": row["setting"],
                     "kind": row["kind"],
                     "path": row.get("path", "eager"),
-                    "width": setting_width(row, default),
+                    "width": setting_width(row, default, meta["max_new_tokens"]),
                     "tokens_per_forward": row["tokens_per_forward"],
                     "tokens_per_s": row["tokens_per_s"],
                     "speedup_vs_generate": row["speedup_vs_ar"],

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hf_jacobi.bench.common import variant_config
+from hf_jacobi.decoding.checks import widest_forward
 from tiny_models import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +43,11 @@ def test_tiny_run_writes_every_phase_and_projects_from_the_curves(tmp_path: Path
     assert {(r["dtype"], r["batch_size"]) for r in decode} == {("float32", 1), ("float32", 2)}
     jacobi = [r for r in decode if r["kind"] == "jacobi"]
     assert jacobi and all(r["identical"] == r["samples"] for r in decode)  # float32: exact
-    assert all(r["width"] >= 16 for r in jacobi)  # 2 blocks of 16 (budget-bounded) or the default, plus candidates
+    # widths are those of the run's own budget (8 tokens): a block-16 chain is capped at 1 + 7 columns, and 2 blocks
+    # + recycling add the candidate columns the pool can return
+    widths = {r["setting"]: r["width"] for r in jacobi}
+    assert widths["Jacobi default (block 16)"] == 8
+    assert widths["Jacobi both n=16"] == sum(widest_forward(variant_config("both", 16), 100, 8)) > 8
     projected = summary["projections"]
     assert {p["batch_size"] for p in projected} == {1, 2}
     for p in projected:

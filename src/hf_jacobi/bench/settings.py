@@ -5,7 +5,7 @@ The runner (`bench.runner`) decodes them; the report (`bench.report`) reads thei
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -79,12 +79,16 @@ class Setting:
         return self.kind in (AR, AR_STATIC, AR_COMPILED)
 
 
+def compiled_path(config: JacobiConfig) -> JacobiConfig:
+    """`config` on the compiled path: the static cache with the verify forward compiled on any device. Its tokens and
+    forwards are the eager path's; only its timing differs (bench and tune both time it as a twin)."""
+    return config.replace(cache_implementation="static", compile="always")
+
+
 def _on_path(config: JacobiConfig, path: str) -> JacobiConfig:
     if path not in JACOBI_PATHS:
         raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
-    if path == EAGER:
-        return config
-    return replace(config, cache_implementation="static", compile="always")
+    return config if path == EAGER else compiled_path(config)
 
 
 def bench_settings(

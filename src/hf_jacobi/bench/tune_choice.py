@@ -10,6 +10,7 @@ from typing import Any
 from ..decoding.config import JacobiConfig
 from .common import ForwardCounts
 from .roofline import interpolate_cost
+from .settings import compiled_path
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Candidate:
         fields = asdict(self)
         compiled = fields.pop("compiled")
         config = JacobiConfig(**fields)
-        return replace(config, cache_implementation="static", compile="always") if compiled else config
+        return compiled_path(config) if compiled else config
 
     def __str__(self) -> str:
         text = f"n={self.block_size} K={self.num_blocks} pool={self.ngram_pool_size}"
