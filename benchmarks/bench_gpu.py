@@ -160,6 +160,7 @@ def decode_rows(out: Path, default: JacobiConfig) -> list[dict]:
                     ),
                     "identical": row["identical"],
                     "samples": row["samples"],
+                    "collapsed": row["collapsed"],
                     "differing_common_prefix": row.get("differing_common_prefix"),
                 }
             )
@@ -216,15 +217,16 @@ def write_summary(out: Path, default: JacobiConfig) -> dict:
     (out / "gpu-grade.json").write_text(json.dumps(summary, indent=2))
     lines = [
         "| dtype | batch | setting | width | tokens/forward | tok/s | x generate | x best greedy | x best greedy / "
-        "tokens/forward | identical |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "tokens/forward | identical | answers looping |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in decode:
         lines.append(
             f"| {r['dtype']} | {r['batch_size']} | {r['setting']} | {_cell(r['width'], 'd')} | "
             f"{_cell(r['tokens_per_forward'], '.2f')} | {_cell(r['tokens_per_s'], '.1f')} | "
             f"{_cell(r['speedup_vs_generate'], '.2f')} | {_cell(r['speedup_vs_best_greedy'], '.2f')} | "
-            f"{_cell(r['speedup_per_token_per_forward'], '.2f')} | {r['identical']}/{r['samples']} |"
+            f"{_cell(r['speedup_per_token_per_forward'], '.2f')} | {r['identical']}/{r['samples']} | "
+            f"{r['collapsed']}/{r['samples']} |"
         )
     lines += [
         "",

@@ -782,8 +782,8 @@ def grade_best(dtype: str, batch: int = 1) -> dict:
 def gpu_grade_decode(page: Page) -> str:
     rows = [
         "| dtype | setting | tokens/forward | tok/s | vs plain `generate` | vs CUDA-graph greedy | speedup / "
-        "tokens per forward | identical to `generate` |",
-        "|---|---|---:|---:|---:|---:|---:|:---:|",
+        "tokens per forward | identical to `generate` | answers looping |",
+        "|---|---|---:|---:|---:|---:|---:|:---:|---:|",
     ]
     for dtype in ("float32", "bfloat16"):
         best = grade_best(dtype)
@@ -797,6 +797,7 @@ def gpu_grade_decode(page: Page) -> str:
                 f"{r['speedup_vs_best_greedy']:.2f}x",
                 "-" if r["speedup_per_token_per_forward"] is None else f"{r['speedup_per_token_per_forward']:.2f}",
                 f"{r['identical']}/{r['samples']}",
+                f"{r['collapsed']}/{r['samples']}",
             ]
             if r is best:
                 cells = [f"**{c}**" if i > 0 else c for i, c in enumerate(cells)]
@@ -920,7 +921,13 @@ REPAIR_PATHS = f"{JF}/bench-repair-paths/bench.json"
 
 @block("bench-md-repair-paths")
 def bench_md_repair_paths(page: Page) -> str:
-    return markdown_table(f"{JF}/bench-repair-paths/bench.md") + f"\n\nFile: {page.ref(REPAIR_PATHS)}."
+    rows = load(REPAIR_PATHS)["summary"]
+    looping = "; ".join(f"{row['setting']} {row['collapsed']} of {row['samples']}" for row in rows)
+    return (
+        markdown_table(f"{JF}/bench-repair-paths/bench.md")
+        + f"\n\nAnswers that end in a loop (the last 64 tokens under 40% distinct 4-grams): {looping}. "
+        f"File: {page.ref(REPAIR_PATHS)}."
+    )
 
 
 # every CPU bench of the embedded model: greedy's speed differs between sittings
