@@ -48,8 +48,12 @@ def test_tiny_run_writes_every_phase_and_projects_from_the_curves(tmp_path: Path
     widths = {r["setting"]: r["width"] for r in jacobi}
     assert widths["Jacobi default (block 16)"] == 8
     assert widths["Jacobi both n=16"] == sum(widest_forward(variant_config("both", 16), 100, 8)) > 8
+    for r in jacobi:  # above batch 1 a batch waits for its slowest row: the saving counts batch forwards
+        greedy = next(g for g in decode if g["kind"] != "jacobi" and g["batch_size"] == r["batch_size"])
+        assert r["forward_saving"] == pytest.approx(greedy["batch_forwards"] / r["batch_forwards"])
     projected = summary["projections"]
     assert {p["batch_size"] for p in projected} == {1, 2}
     for p in projected:
-        assert p["projected_speedup"] == pytest.approx(p["measured_tokens_per_forward"] / p["cost_vs_one_token"])
+        assert p["projected_speedup"] == pytest.approx(p["measured_forward_saving"] / p["cost_vs_one_token"])
+        assert (p["projected_speedup_at_paper_tpf"] is None) == (p["batch_size"] > 1)
     assert "Projection (not a measurement)" in (out / "gpu-grade.md").read_text()

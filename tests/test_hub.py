@@ -360,3 +360,16 @@ def test_trainer_push_to_hub_publishes_adapter_card_and_custom_generate(tmp_path
     readme = files["README.md"].decode()
     assert "library_name: peft" in readme and "LoRA r=2" in readme and "block size n=4" in readme
     assert "arXiv:2512.14681" in readme
+
+
+def test_card_template_is_found_in_a_source_checkout_that_was_not_installed(monkeypatch):
+    """With PYTHONPATH=src (no install) the template package is not mapped; a training run then saved no checkpoint."""
+    from hf_jacobi.hub import card
+
+    installed = card.template_text()
+
+    def not_mapped(package):
+        raise ModuleNotFoundError(f"No module named {package!r}")
+
+    monkeypatch.setattr(card.importlib.resources, "files", not_mapped)
+    assert card.template_text() == installed

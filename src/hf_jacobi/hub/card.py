@@ -69,7 +69,16 @@ def template_text(template: str | Path | None = None) -> str:
         if not path.is_file():
             raise FileNotFoundError(f"model card template {str(path)!r} does not exist")
         return path.read_text(encoding="utf-8")
-    return importlib.resources.files(TEMPLATE_PACKAGE).joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    try:
+        return importlib.resources.files(TEMPLATE_PACKAGE).joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    except ModuleNotFoundError:
+        # Run from a source checkout without installing (PYTHONPATH=src, e.g. on a bare GPU machine), the template
+        # package is not mapped; the file is beside src/. A missing card must not end a training run at its first
+        # checkpoint, as it did on an H200 before this.
+        source = Path(__file__).resolve().parents[3] / "model_cards" / TEMPLATE_NAME
+        if not source.is_file():
+            raise
+        return source.read_text(encoding="utf-8")
 
 
 def _is_hub_id(name: str | None) -> bool:

@@ -1,0 +1,133 @@
+"""Several Jacobi Forcing runs on one GPU at once, each judged by `hf-jacobi quality`, inside one device lease.
+
+Why one script: a lent GPU comes for minutes, bare, and goes back 30 seconds after a call ends, so training and the
+judging must run in one command under one clock. A 135M model at batch 1 leaves an H100/H200 mostly idle, so the
+variants train side by side (one process each) instead of one after another; each is stopped at its deadline and
+judged on its newest weights (final, or the last checkpoint) so a slow run still yields an answer.
+
+    python recipes/smollm2-135m/gpu_sweep.py --output-dir runs/gpu-sweep            # on the GPU machine
+    python recipes/smollm2-135m/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, ~2 min
+
+Measured (2026-11-26, one H200, the three variants below at once): 1.85 s per optimizer step each (50 steps in 92 s;
+a 135M model at batch 1 is launch- and host-bound, so three runs share the GPU well but none runs fast); the recipe's
+one epoch is 556 steps, ~17 minutes, more than a session's 15 minutes of device time. That first try also ended every
+run at its first checkpoint (the model card template was not found from a source checkout; fixed in hub/card.py).
+Size a sitting with --train-seconds (the runs are judged on their newest checkpoint) or pass --max_steps in VARIANTS.
+
+Writes, under --output-dir: NAME/ (the run: checkpoints, final adapter, train.log), quality-NAME/ (`hf-jacobi
+quality` of NAME beside the base), sweep.json (per variant: flags, steps done, the weights judged, wall times, exit
+codes). `hf-jacobi quality --merge` reads the quality folders as one table and front.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RECIPE = Path(__file__).parent / "jacobi_forcing" / "train_base_scale.yaml"
+
+# name -> flags over the recipe. The recipe itself is the anchored one (KL x3, lr 2e-4); the others trade anchor for
+# acceptance, so the front shows what the anchor costs.
+VARIANTS: dict[str, list[str]] = {
+    "base-scale-kl3": [],
+    "base-scale-kl3-lr5e-4": ["--learning_rate", "5e-4"],
+    "base-scale-kl1-lr5e-4": ["--base_kl_weight", "1.0", "--learning_rate", "5e-4"],
+}
+
+# A CPU check of the whole script: two optimizer steps on a handful of trajectories, a few short answers.
+TINY_TRAIN = ["--num_trajectory_prompts", "4", "2", "--num_anchor_texts", "2", "--max_steps", "2", "--save_steps", "1"]
+TINY_QUALITY = ["--num-prompts", "1", "--num-speed-prompts", "2", "--max-new-tokens", "8", "--batch-size", "2"]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hf_jacobi.cli", *args]
+
+
+def _start(command: list[str], log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # A process group of its own, so a deadline stops the run and anything it started.
+    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_all(processes: dict[str, subprocess.Popen], deadline: float) -> dict[str, dict]:
+    """Exit code and wall time per process; those still running at the deadline are stopped (code 'stopped')."""
+    started, ended = time.monotonic(), {}
+    while len(ended) < len(processes) and time.monotonic() < deadline:
+        for name, process in processes.items():
+            if name not in ended and process.poll() is not None:
+                ended[name] = {"exit_code": process.returncode, "seconds": round(time.monotonic() - started, 1)}
+        time.sleep(1)
+    for name, process in processes.items():
+        if name not in ended:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            ended[name] = {"exit_code": "stopped", "seconds": round(time.monotonic() - started, 1)}
+    return ended
+
+
+def newest_weights(run: Path) -> tuple[Path | None, int | None]:
+    """The run's final adapter if it finished, else its newest checkpoint, with the optimizer steps behind it."""
+    checkpoints = sorted(run.glob("checkpoint-*"), key=lambda folder: int(folder.name.split("-")[1]))
+    steps = None
+    if checkpoints:
+        state = checkpoints[-1] / "trainer_state.json"
+        steps = json.loads(state.read_text())["global_step"] if state.exists() else None
+    if (run / "adapter_model.safetensors").exists():
+        state = run / "trainer_state.json"
+        if state.exists():
+            steps = json.loads(state.read_text())["global_step"]
+        return run, steps
+    return (checkpoints[-1], steps) if checkpoints else (None, None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--train-seconds", type=float, default=300.0, help="deadline of the training phase")
+    parser.add_argument("--quality-seconds", type=float, default=150.0, help="deadline of the judging phase")
+    parser.add_argument("--tiny", action="store_true", help="every phase at toy sizes (a CPU check of the script)")
+    args = parser.parse_args()
+    out = args.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    # Converting the embedded GGUF once, before several processes would race to write the same cache.
+    subprocess.run([sys.executable, "-c", "from hf_jacobi.loading import load_model; load_model()"], check=True)
+
+    runs = {name: out / name for name in args.variants}
+    tiny_train = [*TINY_TRAIN, "--use_cpu", "true"] if args.tiny else []
+    training = {
+        name: _start(
+            _cli("train", "--config", str(RECIPE), "--output_dir", str(run), *VARIANTS[name], *tiny_train),
+            run / "train.log",
+        )
+        for name, run in runs.items()
+    }
+    trained = _wait_all(training, time.monotonic() + args.train_seconds)
+
+    judged, record = {}, {}
+    for name, run in runs.items():
+        weights, steps = newest_weights(run)
+        record[name] = {"flags": VARIANTS[name], "train": trained[name], "steps": steps, "weights": str(weights)}
+        if weights is not None:
+            quality = ["--adapters", f"{name}={weights}", "--output-dir", str(out / f"quality-{name}")]
+            quality += TINY_QUALITY if args.tiny else []
+            judged[name] = _start(_cli("quality", *quality), out / f"quality-{name}.log")
+    for name, result in _wait_all(judged, time.monotonic() + args.quality_seconds).items():
+        record[name]["quality"] = result
+    (out / "sweep.json").write_text(json.dumps({"recipe": str(RECIPE), "tiny": args.tiny, "runs": record}, indent=2))
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
