@@ -27,6 +27,7 @@ from ..decoding.config import JacobiConfig
 from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
+from .adapter_switch import AdapterSwitch
 from .collator import NO_TEACHER, CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, training_datasets
@@ -110,6 +111,7 @@ class JacobiForcingTrainer(SFTTrainer):
         # The base of the KL anchor: a LoRA run switches its adapter off (no copy); a full fine-tune keeps a frozen
         # copy of the weights it starts from.
         self._frozen_base = None
+        self._adapter_switch: tuple[torch.nn.Module, AdapterSwitch] | None = None  # on first use, once wrapped
         if args.base_kl_weight > 0 and not isinstance(self.model, PeftModel):
             self._frozen_base = copy.deepcopy(self.model).eval().requires_grad_(False)
             # SFTTrainer binds a patched forward (its fused LM head) to the model instance, closing over the original
@@ -215,9 +217,10 @@ class JacobiForcingTrainer(SFTTrainer):
         if self._frozen_base is not None:
             yield self._frozen_base
             return
-        peft_model = self.accelerator.unwrap_model(model)
-        with peft_model.disable_adapter():
-            yield peft_model
+        if self._adapter_switch is None or self._adapter_switch[0] is not model:  # unwrapping costs too, once is enough
+            self._adapter_switch = (model, AdapterSwitch(self.accelerator.unwrap_model(model)))
+        with self._adapter_switch[1].off() as base:
+            yield base
 
     def create_model_card(
         self,
