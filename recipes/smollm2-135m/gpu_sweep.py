@@ -10,7 +10,9 @@ judged on its newest weights (final, or the last checkpoint) so a slow run still
 
 Measured (2026-11-26, one H200, the three variants below at once): 1.85 s per optimizer step each (50 steps in 92 s;
 a 135M model at batch 1 is launch- and host-bound, so three runs share the GPU well but none runs fast); the recipe's
-one epoch is 556 steps, ~17 minutes, more than a session's 15 minutes of device time. That first try also ended every
+one epoch is 556 steps, ~17 minutes at that pace. Most of the host time was PEFT's adapter switch for the KL anchor's
+base forward (264 ms per micro-batch on a CPU, twice a walk of the whole model), replaced since by
+training/adapter_switch.py (6.5 ms); not yet re-measured on a GPU. That first try also ended every
 run at its first checkpoint (the model card template was not found from a source checkout; fixed in hub/card.py).
 Size a sitting with --train-seconds (the runs are judged on their newest checkpoint) or pass --max_steps in VARIANTS.
 
