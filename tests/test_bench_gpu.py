@@ -15,8 +15,8 @@ from tiny_models import tiny_model, tiny_tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _driver():
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "benchmarks" / "bench_gpu.py")
+def _driver(name: str = "bench_gpu"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -57,3 +57,11 @@ def test_tiny_run_writes_every_phase_and_projects_from_the_curves(tmp_path: Path
         assert p["projected_speedup"] == pytest.approx(p["measured_forward_saving"] / p["cost_vs_one_token"])
         assert (p["projected_speedup_at_paper_tpf"] is None) == (p["batch_size"] > 1)
     assert "Projection (not a measurement)" in (out / "gpu-grade.md").read_text()
+
+
+def test_step_profile_reports_host_time_per_step(capsys: pytest.CaptureFixture[str]) -> None:
+    profile = _driver("profile_step")
+    assert profile.main(["--tiny", "--path", "eager", "--batch-size", "2", "--max-new-tokens", "8", "--top", "5"]) == 0
+    head, *rows = capsys.readouterr().out.strip().splitlines()
+    assert "cpu float32 batch 2 eager:" in head and "ms per step" in head
+    assert len(rows) == 5 and all("ms/step" in row and "calls/step" in row for row in rows)
