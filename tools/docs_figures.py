@@ -808,8 +808,11 @@ def gpu_grade_decode(page: Page) -> str:
     return "\n".join(rows) + (
         f"\n\n{env['nvidia_smi']} (driver), torch {env['torch']}, transformers {env['transformers']}, CUDA "
         f"{env['cuda']}. Files: {page.ref(GRADE + '/gpu-grade.json', 'gpu-grade.json')}, "
-        + ", ".join(page.ref(f"{GRADE}/decode-{d}-b{b}/bench.json", f"{d} batch {b}") for d in ("float32", "bfloat16")
-                    for b in (1, 8))
+        + ", ".join(
+            page.ref(f"{GRADE}/decode-{d}-b{b}/bench.json", f"{d} batch {b}")
+            for d in ("float32", "bfloat16")
+            for b in (1, 8)
+        )
         + " bench.json (batch 8: 3 timed rounds, medians; batch 1: one round)."
     )
 
