@@ -116,10 +116,13 @@ def test_sampling_on_the_embedded_model_is_seeded_and_well_formed(embedded_model
 
 
 def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_prompts(embedded_model):
-    """The adapter shipped with the package, on `packages` test prompts it never saw: lossless, and fewer forwards."""
+    """The adapter shipped with the package, on `packages` test prompts it never saw: lossless, and fewer forwards.
+
+    Each model's greedy outputs are decoded once and checked against by both settings (measure_setting would decode
+    them again per setting: the same reference, twice the time)."""
     from hf_jacobi import load_default_model, load_prompts
     from hf_jacobi.decoding.config import JacobiConfig
-    from hf_jacobi.training.evaluation import measure_setting
+    from hf_jacobi.training.evaluation import greedy_outputs, measure_setting
 
     base, tokenizer = embedded_model
     trained, _ = load_default_model(jacobi_forcing=True)
@@ -133,8 +136,9 @@ def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_pro
         torch.tensor([prompts[0]]), max_new_tokens=8, decoding="jacobi", return_dict_in_generate=True
     )
     assert out.forward_passes is not None and int(out.forward_tokens[0]) > int(out.forward_passes[0])  # wide steps
+    base_greedy, trained_greedy = (greedy_outputs(model, prompts, 32, batch_size=4) for model in (base, trained))
     for setting in (JacobiConfig(block_size=16), tuned):  # plain Jacobi at the trained block size, and the default
-        before = measure_setting(base, "base", setting, prompts, max_new_tokens=32, batch_size=4)
-        after = measure_setting(trained, "trained", setting, prompts, max_new_tokens=32, batch_size=4)
+        before = measure_setting(base, "base", setting, prompts, 32, 4, greedy=base_greedy)
+        after = measure_setting(trained, "trained", setting, prompts, 32, 4, greedy=trained_greedy)
         assert before.identical_to_greedy and after.identical_to_greedy
         assert after.tokens_per_forward > before.tokens_per_forward

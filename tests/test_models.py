@@ -405,9 +405,16 @@ def test_dtype_option(first_load, cache_root):
 
 @pytest.mark.integration
 @needs_model
-def test_corrupt_real_cache_is_rebuilt(
+def test_corrupt_real_cache_is_rebuilt_completely_by_a_nonzero_distributed_rank(
     first_load, cache_root, probe_ids, reference_logits, tmp_path, monkeypatch, caplog
 ):
+    """A damaged cache is detected and rebuilt; the rebuild runs as rank 1 of a distributed launch.
+
+    A collection launched with one process per core converts the GGUF in whichever rank takes the lock first.
+    transformers' `save_pretrained` writes nothing but on rank 0 once torch.distributed is initialized, which left
+    a cache without weights when rank 1 won the lock; the conversion must write every file on any rank. A rebuild is
+    a whole conversion into a fresh folder (`_build_cache`), so one real conversion proves both (each costs ~25 s).
+    """
     good = cache_root / MODEL_SUBDIR
     root = tmp_path / "copy"
     folder = root / MODEL_SUBDIR
@@ -430,34 +437,18 @@ def test_corrupt_real_cache_is_rebuilt(
         load_default_model(cache_dir=root)
     monkeypatch.undo()
 
-    # One real rebuild end to end, from the same-size corruption that would otherwise load silently.
+    # One real rebuild end to end, from the same-size corruption that would otherwise load silently, by rank 1.
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, **k: 1)
     with caplog.at_level(logging.WARNING, logger=models.__name__):
-        model, _ = load_default_model(cache_dir=root)
+        assert ensure_model_cache(root) == folder
+    monkeypatch.undo()
     assert "rebuilding" in caplog.text
     assert model_cache_problem(folder) is None
     assert _sha256(folder / "model.safetensors") == good_weights_sha
+    model, _ = load_default_model(cache_dir=root)
     assert torch.equal(_logits(model, probe_ids), reference_logits)
 
     # Truncation of the rebuilt cache is caught too.
     _truncate(folder / "model.safetensors")
     assert "bytes" in model_cache_problem(folder)
-
-
-@pytest.mark.integration
-@needs_model
-def test_cache_built_by_a_nonzero_distributed_rank_is_complete(
-    first_load, cache_root, probe_ids, reference_logits, tmp_path, monkeypatch
-):
-    """A collection launched with one process per core converts the GGUF in whichever rank takes the lock first.
-
-    transformers' `save_pretrained` writes nothing but on rank 0 once torch.distributed is initialized, which left
-    a cache without weights when rank 1 won the lock; the conversion must write every file on any rank.
-    """
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, **k: 1)
-    folder = ensure_model_cache(tmp_path / "rank1")
-    monkeypatch.undo()
-    assert model_cache_problem(folder) is None
-    assert _sha256(folder / "model.safetensors") == _sha256(cache_root / MODEL_SUBDIR / "model.safetensors")
-    model, _ = load_default_model(cache_dir=tmp_path / "rank1")
-    assert torch.equal(_logits(model, probe_ids), reference_logits)
