@@ -34,12 +34,13 @@ from pathlib import Path
 
 RECIPE = Path(__file__).parent / "jacobi_forcing" / "train_base_scale.yaml"
 
-# name -> flags over the recipe. The recipe itself is the anchored one (KL x3, lr 2e-4); the others trade anchor for
-# acceptance, so the front shows what the anchor costs.
+# name -> flags over the recipe. The recipe itself is the anchored one (KL x3, lr 2e-4); two trade anchor for
+# acceptance and one holds the base harder, so the front shows what the anchor costs on both sides.
 VARIANTS: dict[str, list[str]] = {
     "base-scale-kl3": [],
     "base-scale-kl3-lr5e-4": ["--learning_rate", "5e-4"],
     "base-scale-kl1-lr5e-4": ["--base_kl_weight", "1.0", "--learning_rate", "5e-4"],
+    "base-scale-kl10": ["--base_kl_weight", "10.0"],
 }
 
 # A CPU check of the whole script: two optimizer steps on a handful of trajectories, a few short answers.
