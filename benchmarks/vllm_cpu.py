@@ -1,13 +1,14 @@
 """vLLM on this CPU: plain autoregressive decoding, vLLM's n-gram proposer and hf_jacobi's JacobiProposer (its default
-drafts and plain Jacobi), on the embedded SmolLM2-135M-Instruct with the shipped Jacobi Forcing adapter merged,
-float32.
+drafts with and without the adaptive chain length, and plain Jacobi), on the embedded SmolLM2-135M-Instruct with the
+shipped Jacobi Forcing adapter merged, float32; and hf_jacobi's own batched generate(decoding="jacobi") beside them.
 
 Held-out prompts (the `packages` test split, chat template), one request at a time (batch 1) and all submitted at once
 with 8 running concurrently (vLLM's continuous batching). Per method and setting: generated tokens per second (wall
 time of the generate calls, after a warm-up request), tokens per decode forward (the tokens decoding produced after
 each request's prefill token, over the forwards that produced them, from vLLM's accepted-token counter) and how many
 outputs equal transformers' float32 greedy token for token. Each method runs in its own engine process, one after
-the other, in `--rounds` alternating rounds; the tables give the median round.
+the other, in `--rounds` alternating rounds; the tables give the median round. `hf-generate` runs
+benchmarks/vllm_cpu_generate.py in the main environment (`--hf-python`), in batches of `--concurrency` only.
 
 Run in the vLLM environment (`make test-vllm` builds it):
 
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,13 +31,18 @@ import tempfile
 import time
 from pathlib import Path
 
-METHODS = ("ar", "ngram", "jacobi", "jacobi-plain")
+METHODS = ("ar", "ngram", "jacobi", "jacobi-full", "jacobi-plain", "hf-generate")
 METHODS_HELP = {
-    "jacobi": "JacobiProposer's default drafts (HF_JACOBI_VLLM_DRAFTS=lookup): the Jacobi iterate, replaced by the "
-    "continuation of the request's last 2-4 tokens earlier in its own text where that is longer, recycled n-grams "
-    "past it.",
-    "jacobi-plain": "the Jacobi iterate and random prompt tokens only (HF_JACOBI_VLLM_DRAFTS=plain), as "
+    "jacobi": "JacobiProposer's defaults: drafts HF_JACOBI_VLLM_DRAFTS=lookup (the Jacobi iterate, or the continuation "
+    "of the request's last 2-4 tokens earlier in its own text where that is expected to be accepted more, recycled "
+    "n-grams past it), each chain cut where its drafts stop paying for their verification (HF_JACOBI_VLLM_VERIFY_COST "
+    "default).",
+    "jacobi-full": "the same drafts with the adaptive length off (HF_JACOBI_VLLM_VERIFY_COST=0): every chain verified "
+    "whole and the lookup taken where it is longer, the proposer before the adaptive length.",
+    "jacobi-plain": "the Jacobi iterate and random prompt tokens only (HF_JACOBI_VLLM_DRAFTS=plain), whole chains, as "
     'generate(decoding="jacobi") without a pool.',
+    "hf-generate": "hf_jacobi's generate(decoding=\"jacobi\") with the folder's Jacobi defaults (block 8, pool 4) in "
+    "transformers, left-padded batches of the concurrency, no vLLM.",
 }
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -47,18 +54,19 @@ def speculative(method: str, folder: Path, k: int) -> dict | None:
         return None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
-    from hf_jacobi.integrations.vllm import DRAFT_MODE_VARIABLE, speculative_config
+    from hf_jacobi.integrations.vllm import DRAFT_MODE_VARIABLE, VERIFY_COST_VARIABLE, speculative_config
 
-    os.environ[DRAFT_MODE_VARIABLE] = (
-        "plain" if method == "jacobi-plain" else "lookup"
-    )  # the engine's worker inherits it
+    # the engine's worker inherits them
+    os.environ[DRAFT_MODE_VARIABLE] = "plain" if method == "jacobi-plain" else "lookup"
+    if method != "jacobi":
+        os.environ[VERIFY_COST_VARIABLE] = "0"
 
     return speculative_config(k, model=folder)
 
 
-def accepted_tokens(llm) -> int:
+def accepted_tokens(llm, name: str = "accepted_tokens") -> int:
     for metric in llm.get_metrics():
-        if metric.name == "vllm:spec_decode_num_accepted_tokens":
+        if metric.name == f"vllm:spec_decode_num_{name}":
             return int(metric.value)
     return 0
 
@@ -70,7 +78,7 @@ def timed_run(llm, prompts: list[list[int]], max_tokens: int, concurrent: bool) 
 
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     requests = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-    accepted = accepted_tokens(llm)
+    accepted, drafted = accepted_tokens(llm), accepted_tokens(llm, "draft_tokens")
     start = time.perf_counter()
     if concurrent:
         outputs = llm.generate(requests, params, use_tqdm=False)
@@ -78,7 +86,8 @@ def timed_run(llm, prompts: list[list[int]], max_tokens: int, concurrent: bool) 
         outputs = [llm.generate([r], params, use_tqdm=False)[0] for r in requests]
     seconds = time.perf_counter() - start
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
-    return {"tokens": tokens, "seconds": seconds, "accepted": accepted_tokens(llm) - accepted}
+    drafted = accepted_tokens(llm, "draft_tokens") - drafted
+    return {"tokens": tokens, "seconds": seconds, "accepted": accepted_tokens(llm) - accepted, "drafted": drafted}
 
 
 def run_method(args: argparse.Namespace) -> None:
@@ -114,6 +123,7 @@ def summarize(run: dict, references: list[list[int]]) -> dict:
         "seconds": round(run["seconds"], 3),
         "tokens_per_second": round(generated / run["seconds"], 3),
         "tokens_per_decode_forward": round(decoded / (decoded - run["accepted"]), 4),
+        "verified_drafts": run.get("drafted"),
     }
 
 
@@ -130,14 +140,17 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[Path, Path, list[list
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = load_prompts("packages", split="test", limit=args.limit)
     prompts = [encode_chat(tokenizer, messages) for messages in rows["messages"]]
+    prompts_file = work / "prompts.json"
+    prompts_file.write_text(json.dumps(prompts))
+    if args.references:  # transformers' greedy of these prompts from an earlier run (minutes on a busy CPU)
+        return Path(folder), prompts_file, json.loads(args.references.read_text())
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     references = []
     with torch.no_grad():
         for prompt in prompts:
             out = model.generate(torch.tensor([prompt]), max_new_tokens=args.max_new_tokens, do_sample=False)
             references.append(out[0, len(prompt) :].tolist())
-    prompts_file = work / "prompts.json"
-    prompts_file.write_text(json.dumps(prompts))
+    (args.output_dir / "references.json").write_text(json.dumps(references))
     return Path(folder), prompts_file, references
 
 
@@ -149,6 +162,9 @@ def child(method: str, folder: Path, prompts_file: Path, args: argparse.Namespac
         "--k": args.k,
     }
     command = [sys.executable, __file__, "--child", method, "--concurrency", str(args.concurrency)]
+    if method == "hf-generate":
+        del options["--k"]
+        command = [args.hf_python, str(Path(__file__).with_name("vllm_cpu_generate.py")), *command[4:]]
     command += [str(part) for pair in options.items() for part in pair]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -169,8 +185,8 @@ def markdown(report: dict) -> str:
         "",
         f"    {report['command']}",
         "",
-        "| setting | method | tokens/s | vs AR | tokens per decode forward | identical to greedy |",
-        "|---|---|---:|---:|---:|---:|",
+        "| setting | method | tokens/s | vs AR | tokens per decode forward | verified drafts | identical to greedy |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for setting, methods in report["median"].items():
         base = methods["ar"]["tokens_per_second"] if "ar" in methods else None
@@ -178,17 +194,20 @@ def markdown(report: dict) -> str:
             ratio = f"{row['tokens_per_second'] / base:.2f}x" if base else "-"
             lines.append(
                 f"| {setting} | {method} | {row['tokens_per_second']:.2f} | {ratio} | "
-                f"{row['tokens_per_decode_forward']:.3f} | {row['identical']}/{row['requests']} |"
+                f"{row['tokens_per_decode_forward']:.3f} | {row.get('verified_drafts') or '-'} | "
+                f"{row['identical']}/{row['requests']} |"
             )
     ngram = report["ngram"]
     lines += [
         "",
         f"Machine: {report['machine']}, shared with other jobs (wall times are of one sitting). {report['note']}",
         f"ar: no speculation. ngram: vLLM's n-gram proposer (prompt_lookup_min {ngram['prompt_lookup_min']}, "
-        f"prompt_lookup_max {ngram['prompt_lookup_max']}). jacobi: {METHODS_HELP['jacobi']} jacobi-plain: "
-        f"{METHODS_HELP['jacobi-plain']} batch1: one request at a time; concurrent{settings['concurrency']}: all "
-        f"submitted at once, {settings['concurrency']} running. Identical: equal token for token to transformers' "
-        "float32 greedy of the same merged folder.",
+        f"prompt_lookup_max {ngram['prompt_lookup_max']}). "
+        + " ".join(f"{method}: {text}" for method, text in METHODS_HELP.items())
+        + f" batch1: one request at a time; concurrent{settings['concurrency']}: all submitted at once, "
+        f"{settings['concurrency']} running (hf-generate: batches of {settings['concurrency']}). Verified drafts: "
+        "draft tokens vLLM verified over the 16 requests. Identical: equal token for token to transformers' float32 "
+        "greedy of the same merged folder.",
         "",
     ]
     return "\n".join(lines)
@@ -204,6 +223,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--references", type=Path, help="references.json of an earlier run with the same prompts")
+    parser.add_argument("--note", default="", help="a sentence for the results page (e.g. the load)")
+    parser.add_argument("--hf-python", default=".venv/bin/python", help="the main environment (hf-generate)")
     parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--prompts-file", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -217,14 +239,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import vllm
 
+    args.output_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         folder, prompts_file, references = prepare(args, Path(work))
         rounds = []
         for round_index in range(args.rounds):
             runs = {method: child(method, folder, prompts_file, args) for method in args.methods}
+            settings = dict.fromkeys(setting for run in runs.values() for setting in run)  # hf-generate: one
             summary = {
-                setting: {method: summarize(runs[method][setting], references) for method in args.methods}
-                for setting in runs[args.methods[0]]
+                setting: {m: summarize(runs[m][setting], references) for m in args.methods if setting in runs[m]}
+                for setting in sorted(settings)
             }
             print(json.dumps({"round": round_index, **summary}), flush=True)
             rounds.append(summary)
@@ -237,19 +261,20 @@ def main(argv: list[str] | None = None) -> int:
                     for key in ("seconds", "tokens_per_second", "tokens_per_decode_forward")
                 },
             }
-            for method in args.methods
+            for method in rounds[0][setting]
         }
         for setting in rounds[0]
     }
     report = {
         "vllm": vllm.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "command": "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/vllm_cpu.py " + " ".join(sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/vllm_cpu.py " + shlex.join(sys.argv[1:]),
         "settings": {
             k: v for k, v in vars(args).items() if k in ("limit", "max_new_tokens", "k", "concurrency", "rounds")
         },
         "ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4},
-        "note": "Tokens per decode forward: (generated - requests) / (generated - requests - accepted drafts).",
+        "note": "Tokens per decode forward: (generated - requests) / (generated - requests - accepted drafts). "
+        + args.note,
         "rounds": rounds,
         "median": median,
     }

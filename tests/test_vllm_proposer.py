@@ -1,6 +1,6 @@
 """The vLLM proposer's logic without vLLM: the version refusal, the argmax hook on a stand-in `rejection_sample`, the
-Jacobi update per row and the per-request state keyed by token history. tests/test_vllm_engine.py runs the real
-engine (make test-vllm)."""
+Jacobi update per row, the per-request state keyed by token history and the adaptive chain length.
+tests/test_vllm_engine.py runs the real engine (make test-vllm)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,22 @@ import torch
 
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.integrations import vllm_hook
-from hf_jacobi.integrations.vllm import chain_shape, checkpoint_settings, speculative_config
-from hf_jacobi.integrations.vllm_drafts import JacobiDrafter, RowStep, history_key, history_match, split_iterates
+from hf_jacobi.integrations.vllm import (
+    DEFAULT_VERIFY_COST,
+    chain_shape,
+    checkpoint_settings,
+    speculative_config,
+    verify_cost,
+)
+from hf_jacobi.integrations.vllm_adaptive import ChainBudget, SourceRates
+from hf_jacobi.integrations.vllm_drafts import (
+    JacobiDrafter,
+    RowStep,
+    converged,
+    history_key,
+    history_match,
+    split_iterates,
+)
 from hf_jacobi.integrations.vllm_hook import UnsupportedVLLMError, check_vllm_version, keep_argmax, take_capture
 
 
@@ -196,3 +210,100 @@ def test_an_unknown_draft_mode_is_refused_before_the_engine_starts(fake_vllm, mo
     monkeypatch.setenv("HF_JACOBI_VLLM_DRAFTS", "tree")
     with pytest.raises(ValueError, match=r"HF_JACOBI_VLLM_DRAFTS='tree' is not a draft mode"):
         speculative_config(7)
+
+
+def test_source_rates_count_only_the_drafts_verification_reached():
+    rates = SourceRates()
+    rates.record(["lookup", "lookup", "moved", "random"], accepted=2)  # the third was rejected, the fourth not tried
+    assert (rates.accepted["lookup"], rates.tried["lookup"]) == (2, 2)
+    assert (rates.accepted["moved"], rates.tried["moved"], rates.tried["random"]) == (0, 1, 0)
+    rates.record(["fixed"], accepted=1)  # all accepted
+    assert (rates.accepted["fixed"], rates.tried["fixed"]) == (1, 1)
+
+
+def test_the_threshold_is_the_marginal_rate_of_the_cost_model_and_grows_with_the_batch():
+    assert ChainBudget().threshold(8) == 0  # verify_cost 0: the rule is off, every chain is kept whole
+    budget = ChainBudget(verify_cost=0.05, tokens_per_row=3.0, verified_per_row=5.0)
+    assert budget.threshold(1) == pytest.approx(0.05 * 3 / (1 + 0.05 * 5))
+    assert budget.threshold(1) < budget.threshold(8) < 3 / 5  # never above tokens per verified token
+    budget.step(tokens=1, verified=1)
+    assert budget.tokens_per_row < 3 and budget.verified_per_row < 5
+
+
+def test_the_chain_is_cut_before_the_first_draft_unlikely_to_pay():
+    budget = ChainBudget(verify_cost=0.05)
+    own = SourceRates()
+    for _ in range(50):  # lookups accepted, Jacobi tokens mostly not
+        budget.observe(["lookup", "lookup", "moved", "moved"], 3, own)
+    assert budget.rate("lookup", own) > 0.9 and budget.rate("moved", own) < 0.6
+    assert budget.length(["lookup"] * 7, own, 0.3) == 7
+    assert budget.length(["moved", "moved", "moved"], own, 0.3) == 1
+    assert budget.length(["random", "moved"], own, 0.3) == 1  # no evidence yet: 1/2
+    assert budget.length(["lookup", "moved"], own, 0.0) == 2  # threshold 0 keeps all
+    # a request's own history outweighs the others' after a few drafts
+    bad = SourceRates()
+    for _ in range(8):  # this request's first lookup draft was rejected 8 times
+        bad.record(["lookup"] * 7, 0)
+    assert budget.rate("lookup", bad) < budget.rate("lookup", own) / 2
+    # a short likely chain beats a long unlikely one, where the rule is on; off, the longer one wins
+    assert budget.prefers(["lookup", "lookup"], ["moved"] * 5, own)
+    assert not ChainBudget().prefers(["lookup", "lookup"], ["moved"] * 5, own)
+
+
+def test_the_drafter_cuts_unlikely_chains_and_learns_from_what_was_accepted():
+    drafter = JacobiDrafter(block_size=4, budget=ChainBudget(verify_cost=0.5))
+    drafter.budget.rates.tried["random"] = 100  # the requests before rejected every random prompt token
+    prompt = [10, 11, 12, 13]
+    assert drafter.propose([row([*prompt, 50], [50], None)]) == [[]]  # fresh random drafts are not worth a token
+    assert drafter.stats["cut"] == 3
+    # the request repeats itself: lookup drafts are proposed, and their acceptance is counted
+    text = [7, 8, 9, 20, 21, 22, 23, 7, 8]
+    drafter = JacobiDrafter(block_size=4, budget=ChainBudget(verify_cost=0.05))
+    assert drafter.propose([row([*text, 9], [9], None)]) == [[20, 21, 22]]
+    drafter.propose([row([*text, 9, 20, 21, 5], [20, 21, 5], [20, 21, 5, 6])])  # two accepted, the third rejected
+    assert (drafter.budget.rates.accepted["lookup"], drafter.budget.rates.tried["lookup"]) == (2, 3)
+
+
+def test_a_jacobi_token_that_did_not_change_is_fixed():
+    assert converged([1, 2, 3], 2, 3) == "fixed"
+    assert converged([1, 2, 3], 2, 4) == "moved"
+    assert converged([1, 2, 3], 3, 4) == "moved"  # past the last chain: nothing to compare with
+
+
+def test_the_verify_cost_is_read_and_refused_by_name(fake_vllm, monkeypatch):
+    fake_vllm("0.32.0")
+    assert verify_cost() == DEFAULT_VERIFY_COST
+    monkeypatch.setenv("HF_JACOBI_VLLM_VERIFY_COST", "0")
+    assert verify_cost() == 0 and speculative_config(7)["num_speculative_tokens"] == 7
+    for bad in ("-1", "fast", "nan", "inf", ""):
+        monkeypatch.setenv("HF_JACOBI_VLLM_VERIFY_COST", bad)
+        with pytest.raises(
+            ValueError,
+            match=rf"HF_JACOBI_VLLM_VERIFY_COST='{bad}' is not a finite number >= 0; "
+            r"accepted: .*0 to propose every chain whole",
+        ):
+            speculative_config(7)
+
+
+def test_a_chain_budget_refuses_settings_that_would_silently_change_the_rule():
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"verify_cost must be a finite number >= 0"):
+            ChainBudget(verify_cost=bad)
+    with pytest.raises(ValueError, match=r"prior_strength"):
+        ChainBudget(prior_strength=0)
+    with pytest.raises(ValueError, match=r"smoothing"):
+        ChainBudget(smoothing=0)
+
+
+def test_a_requests_own_rates_go_with_its_state_and_the_shared_counts_stay():
+    drafter = JacobiDrafter(block_size=4, max_idle_steps=1, budget=ChainBudget(verify_cost=0.05))
+    text = [7, 8, 9, 20, 21, 22, 23, 7, 8]
+    assert drafter.propose([row([*text, 9], [9], None)]) == [[20, 21, 22]]
+    drafter.propose([row([*text, 9, 20, 21, 5], [20, 21, 5], [20, 21, 5, 6])])  # two accepted, the third rejected
+    (state,) = [s for states in drafter._states.values() for s in states]
+    assert state.rates.tried["lookup"] == 3 and drafter.stats["drafts"] > 0
+    shared = dict(drafter.budget.rates.tried)
+    for step in range(3):  # the request ended: other requests' steps, none claiming its state
+        drafter.propose([row([40 + step, 41, 42], [42], None)])
+    assert all(s is not state for states in drafter._states.values() for s in states)  # dropped, own rates with it
+    assert drafter.budget.rates.tried == shared  # what it showed the other requests stays

