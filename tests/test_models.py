@@ -2,8 +2,9 @@
 
 The unit tests replace the GGUF conversion with a fake that writes a few small files, so the cache logic (manifest,
 verification, atomic rebuild, locking, cache-dir resolution) is covered in milliseconds. The integration tests
-convert the real GGUF once per module (~20-30 s) into a temporary cache and reuse it; only the end-to-end rebuild
-test pays for a second conversion.
+convert the real GGUF once per module (~20-30 s) into a temporary cache, as rank 1 of a distributed launch, and reuse
+it; the second conversion they compare it with is the session's default cache (the `embedded_model` fixture), which
+the other integration tests load anyway.
 """
 
 from __future__ import annotations
@@ -69,6 +70,17 @@ def _forbid_rebuild(*args, **kwargs):
 
 def _request_rebuild(*args, **kwargs):
     raise _RebuildRequested
+
+
+def _counted(function):
+    """`function`, counting its calls in its `calls` attribute."""
+
+    def counted(*args, **kwargs):
+        counted.calls += 1
+        return function(*args, **kwargs)
+
+    counted.calls = 0
+    return counted
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -307,20 +319,32 @@ def cache_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def first_load(cache_root):
-    start = time.perf_counter()
+    """The first load into an empty cache converts the GGUF, here as rank 1 of a distributed launch.
+
+    A collection launched with one process per core converts the GGUF in whichever rank takes the lock first.
+    transformers' `save_pretrained` writes nothing but on rank 0 once torch.distributed is initialized, which left
+    a cache without weights when rank 1 won the lock: the conversion must write every file on any rank. Only the
+    conversion runs as rank 1 (loading a model with torch.distributed faked would go further into transformers).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.distributed, "is_initialized", lambda: True)
+        patch.setattr(torch.distributed, "get_rank", lambda *a, **k: 1)
+        patch.setattr(models, "_build_cache", _counted(models._build_cache))
+        assert ensure_model_cache(cache_root) == cache_root / MODEL_SUBDIR
+        assert models._build_cache.calls == 1  # the empty cache was converted, not found
     model, tokenizer = load_default_model(cache_dir=cache_root)
-    return model, tokenizer, time.perf_counter() - start
+    return model, tokenizer
 
 
 @pytest.fixture(scope="module")
 def probe_ids(first_load) -> torch.Tensor:
-    _, tokenizer, _ = first_load
+    _, tokenizer = first_load
     return tokenizer(PROMPT, return_tensors="pt").input_ids
 
 
 @pytest.fixture(scope="module")
 def reference_logits(first_load, probe_ids) -> torch.Tensor:
-    model, _, _ = first_load
+    model, _ = first_load
     with torch.no_grad():
         return model(probe_ids).logits
 
@@ -335,7 +359,7 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
 def test_load_default_model(first_load, cache_root):
     from transformers import LlamaForCausalLM
 
-    model, tokenizer, _ = first_load
+    model, tokenizer = first_load
     assert isinstance(model, LlamaForCausalLM)
     assert not model.training
     assert model.dtype == torch.float32
@@ -359,7 +383,7 @@ def test_load_default_model(first_load, cache_root):
 @pytest.mark.integration
 @needs_model
 def test_greedy_chat_generation(first_load):
-    model, tokenizer, _ = first_load
+    model, tokenizer = first_load
     messages = [{"role": "user", "content": "What is 2+2?"}]
     enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
@@ -405,50 +429,43 @@ def test_dtype_option(first_load, cache_root):
 
 @pytest.mark.integration
 @needs_model
-def test_corrupt_real_cache_is_rebuilt_completely_by_a_nonzero_distributed_rank(
-    first_load, cache_root, probe_ids, reference_logits, tmp_path, monkeypatch, caplog
+def test_rank_1_conversion_is_complete_and_equals_another_and_real_damage_is_caught(
+    first_load, cache_root, probe_ids, reference_logits, embedded_model, tmp_path, monkeypatch
 ):
-    """A damaged cache is detected and rebuilt; the rebuild runs as rank 1 of a distributed launch.
+    """The cache converted as rank 1 (`first_load`) holds every file, and the weights of another conversion.
 
-    A collection launched with one process per core converts the GGUF in whichever rank takes the lock first.
-    transformers' `save_pretrained` writes nothing but on rank 0 once torch.distributed is initialized, which left
-    a cache without weights when rank 1 won the lock; the conversion must write every file on any rank. A rebuild is
-    a whole conversion into a fresh folder (`_build_cache`), so one real conversion proves both (each costs ~25 s).
+    The other conversion is the session's default cache (`embedded_model`, converted in a folder of its own by a
+    plain, non-distributed load): the same files, the same sha256 of the weights, the same logits. A rebuild is a whole conversion into a
+    fresh folder (`_build_cache`, whose replacing of a damaged folder the fake conversions above cover for every
+    kind of damage), so a third real conversion would prove nothing more; each costs ~25 s.
     """
-    good = cache_root / MODEL_SUBDIR
+    folder, other_folder = cache_root / MODEL_SUBDIR, ensure_model_cache()  # both verify (test_load_default_model)
+    assert folder != other_folder
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in other_folder.iterdir())
+    assert _sha256(folder / "model.safetensors") == _sha256(other_folder / "model.safetensors")
+    other, _ = embedded_model
+    assert torch.equal(_logits(other, probe_ids), reference_logits)
+
+    # Detection of each kind of damage on the real files, on a copy: the loader must go for a rebuild rather than
+    # load what is there.
     root = tmp_path / "copy"
-    folder = root / MODEL_SUBDIR
-    shutil.copytree(good, folder)
-    good_weights_sha = _sha256(good / "model.safetensors")
-
-    # Detection of each kind of damage on the real files, without paying for a conversion each time: the
-    # loader must go for a rebuild rather than load what is there.
+    copy = root / MODEL_SUBDIR
+    shutil.copytree(folder, copy)
     monkeypatch.setattr(models, "_build_cache", _request_rebuild)
-    manifest = (folder / MANIFEST_NAME).read_bytes()
-    (folder / MANIFEST_NAME).unlink()
+    manifest = (copy / MANIFEST_NAME).read_bytes()
+    (copy / MANIFEST_NAME).unlink()
     with pytest.raises(_RebuildRequested):
         load_default_model(cache_dir=root)
-    (folder / MANIFEST_NAME).write_bytes(manifest)
-    assert model_cache_problem(folder) is None
+    (copy / MANIFEST_NAME).write_bytes(manifest)
+    assert model_cache_problem(copy) is None
 
-    _overwrite_middle(folder / "model.safetensors")
-    assert "sha256" in model_cache_problem(folder)
+    # the same-size corruption that would otherwise load silently
+    _overwrite_middle(copy / "model.safetensors")
+    assert "sha256" in model_cache_problem(copy)
     with pytest.raises(_RebuildRequested):
         load_default_model(cache_dir=root)
-    monkeypatch.undo()
 
-    # One real rebuild end to end, from the same-size corruption that would otherwise load silently, by rank 1.
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, **k: 1)
-    with caplog.at_level(logging.WARNING, logger=models.__name__):
-        assert ensure_model_cache(root) == folder
-    monkeypatch.undo()
-    assert "rebuilding" in caplog.text
-    assert model_cache_problem(folder) is None
-    assert _sha256(folder / "model.safetensors") == good_weights_sha
-    model, _ = load_default_model(cache_dir=root)
-    assert torch.equal(_logits(model, probe_ids), reference_logits)
-
-    # Truncation of the rebuilt cache is caught too.
-    _truncate(folder / "model.safetensors")
-    assert "bytes" in model_cache_problem(folder)
+    _truncate(copy / "model.safetensors")
+    assert "bytes" in model_cache_problem(copy)
+    with pytest.raises(_RebuildRequested):
+        load_default_model(cache_dir=root)
