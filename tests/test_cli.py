@@ -270,9 +270,12 @@ def _table_rows(out: str) -> list[list[str]]:
 @pytest.mark.integration
 @needs_model
 def test_demo_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "24"])
+    # The answer-quality part (16 more answers and their scoring) is proven on the tiny model, in
+    # test_demo_side_by_side_measures_answer_quality_of_the_base_before_the_merge; --no-quality must drop it.
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "24", "--no-quality"])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert "answer quality" not in out
     rows = _table_rows(out)
     # the untrained model, then the same prompts with the shipped adapter
     assert len(rows) == 4 and [row[0] for row in rows[:2]] == [row[0] for row in rows[2:]]
@@ -294,6 +297,57 @@ def test_demo_batched_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0, out
     assert len(_table_rows(out)) == 2 and "## + Jacobi Forcing adapter" in out and "side by side" not in out
     assert "all outputs identical to greedy: yes" in out
+
+
+def test_demo_side_by_side_measures_answer_quality_of_the_base_before_the_merge(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare `demo` (untrained beside the shipped adapter) ends with the answer quality of both models, on the tiny
+    model standing for the embedded one: the base's figures are taken before the adapter merges into it in place,
+    the trained model's answers are compared with the base's and scored by a fresh load of the base."""
+    from hf_jacobi.bench.quality_eval import demo_protocol, measure_model
+    from hf_jacobi.bench.quality_report import markdown_table
+    from hf_jacobi.cli import demo
+
+    template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    loads: list[common.LoadedModel] = []
+
+    def load_embedded(path, dtype, jacobi_forcing=False, adapter=None) -> common.LoadedModel:
+        assert path is None and not jacobi_forcing and adapter is None
+        loaded = common.load_model(tiny_checkpoint, dtype)
+        loaded.tokenizer.chat_template = template
+        loads.append(loaded)
+        return loaded
+
+    def merge_in_place(model) -> None:  # what merging an adapter does to the base's weights
+        with torch.no_grad():
+            for i, parameter in enumerate(model.parameters()):
+                parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(i)) * 0.1)
+
+    def with_adapter(loaded: common.LoadedModel) -> common.LoadedModel:
+        assert loaded is loads[0]
+        merge_in_place(loaded.model)
+        return common.LoadedModel(loaded.model, loaded.tokenizer, "merged")
+
+    monkeypatch.setattr(demo, "load_model", load_embedded)
+    monkeypatch.setattr(demo, "with_jacobi_forcing", with_adapter)
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert len(_table_rows(out)) == 4 and "all outputs identical to greedy: yes" in out
+    assert len(loads) == 2 and loads[1].model is not loads[0].model  # the fresh base that scores the trained answers
+
+    # the same figures, measured here directly: the base, then the merged model against it
+    base, tokenizer = common.load_model(tiny_checkpoint, "float32"), loads[0].tokenizer
+    protocol = demo_protocol(tokenizer, 6, 8)
+    assert protocol.sets[0].name == "requests (first of each category)" and len(protocol.sets[0].prompts) == 8
+    untrained = measure_model(demo.UNTRAINED, base.model, base.model, tokenizer, protocol)
+    trained = common.load_model(tiny_checkpoint, "float32").model
+    merge_in_place(trained)
+    adapter = measure_model(demo.TRAINED, trained, base.model, tokenizer, protocol, untrained)
+    assert untrained.answers != adapter.answers  # the merge changed the answers: the order is visible
+    section = out.split("## answer quality: greedy answers to plain chat requests (held out)\n\n")[1]
+    assert section.startswith(markdown_table([untrained, adapter], untrained) + "\n")
 
 
 def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:

@@ -51,7 +51,7 @@ def _looping(answers: list[list[int]], prompt_ids: list[str]) -> list[str]:
 def test_the_shipped_adapter_collapses_no_more_often_than_the_base(embedded_model):
     from hf_jacobi import load_default_model
     from hf_jacobi.bench.quality import answer_quality
-    from hf_jacobi.bench.quality_eval import ModelQuality, load_request_sets, targets_met
+    from hf_jacobi.bench.quality_eval import ModelQuality, demo_protocol, load_request_sets, targets_met
     from hf_jacobi.data.quality_sets import load_requests
     from hf_jacobi.training.evaluation import greedy_answers
 
@@ -66,6 +66,8 @@ def test_the_shipped_adapter_collapses_no_more_often_than_the_base(embedded_mode
     assert len(prompts) == len(committed) == recorded["prompts"]["requests"] == 48
 
     firsts = [categories.index(category) for category in dict.fromkeys(categories)]
+    # the same eight requests, encoded the same way, are what `hf-jacobi demo` measures answer quality on
+    assert demo_protocol(tokenizer).sets[0].prompts == [prompts[i] for i in firsts]
     again = greedy_answers(base_model, [prompts[i] for i in firsts], max_new_tokens=128, batch_size=8)
     stale = [prompt_ids[i] for i, answer in zip(firsts, again, strict=True) if answer != committed[i]]
     assert not stale, (
