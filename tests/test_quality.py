@@ -169,6 +169,17 @@ def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_pro
     merged_answers = json.loads((merged_dir / "answers.json").read_text())
     assert merged_answers["mine"]["requests"] == {"texts": ["old text-only format"]}
     assert (merged_dir / "quality.png").is_file() and "| mine |" in (merged_dir / "quality.md").read_text()
+    # the same answers scored on another device (a GPU's float32 against a CPU's): figures a few parts per million apart
+    # still merge; a real difference in a figure is refused
+    for folder_results in (first, with_adapter):
+        folder_results["models"][0]["quality"]["requests"]["distinct_3grams"] = 0.5
+    (tmp_path / "first" / "quality.json").write_text(json.dumps(first))
+    for factor, exit_code in ((1 + 3e-6, 0), (1.01, 1)):
+        nudged = json.loads(json.dumps(with_adapter))
+        nudged["models"][0]["quality"]["requests"]["distinct_3grams"] *= factor
+        (adapter_run / "quality.json").write_text(json.dumps(nudged))
+        assert main([*merge_args, "--output-dir", str(tmp_path / "nudged")]) == exit_code
+    assert "'base' has other figures" in capsys.readouterr().err
     capsys.readouterr()
     other_protocol = json.loads((tmp_path / "first" / "quality.json").read_text())
     other_protocol["protocol"]["max_new_tokens"] = 99

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from ..atomic import write_text
@@ -119,6 +120,24 @@ def _comparable_model(model: dict) -> dict:
     return {**model, "speed": speed}
 
 
+def same_figures(first: object, second: object, rel_tol: float = 1e-4) -> bool:
+    """Equal figures, floats equal to `rel_tol`: the same greedy answers scored on another device (a GPU's float32
+    kernels against a CPU's) give NLLs that differ in the sixth digit, and a merge must not refuse them for that."""
+    if isinstance(first, float) or isinstance(second, float):
+        return (
+            isinstance(first, (int, float))
+            and isinstance(second, (int, float))
+            and math.isclose(first, second, rel_tol=rel_tol)
+        )
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(same_figures(first[k], second[k], rel_tol) for k in first)
+    if isinstance(first, list) and isinstance(second, list):
+        return len(first) == len(second) and all(
+            same_figures(a, b, rel_tol) for a, b in zip(first, second, strict=True)
+        )
+    return first == second
+
+
 def _earlier_base(folder: Path, record: dict):
     """The base model's result from an earlier run in `folder`, refused unless that run used the same protocol."""
     from ..bench.quality_eval import ModelQuality
@@ -192,7 +211,7 @@ def _merge(args: argparse.Namespace) -> int:
         if (results["model"], _comparable(results["protocol"])) != (first["model"], _comparable(first["protocol"])):
             raise CliError(f"--merge {folder} was measured with another model or protocol than {args.merge[0]}")
         for model in map(_comparable_model, results["models"]):
-            if model["name"] in models and models[model["name"]] != model:
+            if model["name"] in models and not same_figures(models[model["name"]], model):
                 raise CliError(f"--merge: {model['name']!r} has other figures in {folder} than in an earlier run")
             models.setdefault(model["name"], model)
             sets = texts[model["name"]]  # runs before token ids were kept wrote the texts alone
