@@ -24,14 +24,15 @@ import pytest
 pytestmark = pytest.mark.integration
 
 BASE_RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "quality-cpu" / "repair-step100"
-"""The `hf-jacobi quality` run that measured the shipped adapter: its answers.json holds the base model's answers as
-token ids (the merged front beside it keeps the base's texts only)."""
+"""The `hf-jacobi quality` run that measured the base model (beside the adapter shipped before this one): its
+answers.json holds the base model's answers as token ids (the merged front beside it keeps the base's texts only)."""
 
 ADAPTER_BATCH = 48
 """The adapter answers all 48 requests in one batch: on a CPU a forward of 48 rows costs far less than six forwards of
 8 (one thread on a busy 2-core machine: 122 s against about 255 s for the set, 175 s at 16). Greedy answers depend on
-the batch only through float32 rounding, and the shipped adapter gave the same 48 answers token for token at 48 as at
-the protocol's 8 (its answers in BASE_RUN)."""
+the batch only through float32 rounding, and the shipped adapter gives the same 48 answers token for token at 48 as at
+the protocol's 8 (checked when it shipped against its answers in docs/results/quality-cpu/base-scale-kl10-step250; the
+adapter before it, likewise against BASE_RUN)."""
 
 
 def _committed_base() -> tuple[dict, list[list[int]]]:
