@@ -9,7 +9,19 @@ per-step overhead (mask building, cache commit, proposals) has to cut.
     python benchmarks/profile_step.py --batch-size 8 --dtype bfloat16 --path compiled     # the shipped adapter
     python benchmarks/profile_step.py --tiny                                              # any machine, seconds
 
-Prints ms per step, the share spent waiting for the device, and the functions with the most host time per step.
+Prints ms per step, the share spent waiting for the device, and the functions with the most host time per step;
+`--ops` also runs the call once under torch's profiler and counts the aten ops per step outside the compiled verify
+forward (top-level ops only; the eager prefill and set-up, once per call, are spread over the steps).
+
+Measured (issue 36) on the shared 2-core CPU, one thread, the embedded SmolLM2-135M with the shipped adapter, batch 1:
+
+    OMP_NUM_THREADS=1 python benchmarks/profile_step.py --max-new-tokens 64 --top 15 --ops
+
+before (one `sub_` per layer to crop, a gather and a copy per layer's keys and values on reordering steps, the slots'
+positions copied for every mask): 40 steps, 484 ms per step, 255.4 aten ops per step outside the compiled forward;
+after (one foreach `sub_`, one foreach copy, positions copied only for sliding windows): 40 steps, 436 ms per step,
+156.8 aten ops per step. On a CPU the forward's matmuls are most of a step (381 ms of `mm`), so the ms are noise; the op
+count is what a GPU step pays in host launches.
 """
 
 from __future__ import annotations
@@ -50,6 +62,23 @@ def _inputs(tokenizer, batch_size: int, device: str) -> dict:
     return left_padded(prompts, tokenizer.pad_token_id, device)
 
 
+COMPILED = "Torch-Compiled Region"
+"""The profiler's event around a call of the compiled forward: every op under it is the verify forward's."""
+
+
+def outside_ops(events) -> int:
+    """Top-level aten ops (no aten op or compiled region above them) in a profiler's events: the loop's own ops."""
+    count = 0
+    for event in events:
+        if not event.name.startswith("aten::"):
+            continue
+        parent = event.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::") and not parent.name.startswith(COMPILED):
+            parent = parent.cpu_parent
+        count += parent is None
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=1)
@@ -58,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--top", type=int, default=20, help="functions listed")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model: a smoke run anywhere")
+    parser.add_argument("--ops", action="store_true", help="also count the aten ops per step outside the forward")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _model(args.tiny, getattr(torch, args.dtype), device)
@@ -80,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{device} {args.dtype} batch {args.batch_size} {args.path}: {steps} steps, {1000 * wall / steps:.2f} ms per "
         f"step, of which waiting for the device (or computing, on a CPU) {1000 * waited / steps:.2f} ms"
     )
+    if args.ops:
+        with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model.generate(**inputs, **kwargs)
+        print(f"aten ops outside the compiled forward: {outside_ops(prof.events()) / steps:.1f} per step")
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[: args.top]
     for (file, line, name), (_, calls, own, _cumulative, _) in rows:
         print(

@@ -30,7 +30,7 @@ from transformers import CompileConfig, DynamicCache, GenerationConfig
 from transformers.cache_utils import Cache, StaticLayer
 
 from .config import JacobiConfig
-from .masks import AttentionLayout, layer_masks
+from .masks import SLIDING, AttentionLayout, layer_masks
 
 LENGTH_GRANULE = 64
 """Static cache lengths are rounded up to a multiple of this, so that prompts of nearby lengths share one shape (and one
@@ -102,8 +102,10 @@ class StaticKVSlots:
             )
         allowed = self.valid.unsqueeze(1).expand(batch, width, self.capacity).clone()
         allowed[:, :, start:end] = visible
-        kv_positions = self.positions.clone()
-        kv_positions[:, start:end] = query_positions
+        kv_positions = self.positions  # only sliding windows read the slots' positions: copied only for them
+        if SLIDING in self.layout.kinds:
+            kv_positions = kv_positions.clone()
+            kv_positions[:, start:end] = query_positions
         return layer_masks(allowed, query_positions, kv_positions, self.layout, dtype)
 
     def commit_columns(
@@ -116,16 +118,16 @@ class StaticKVSlots:
         device = query_positions.device
         if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
             index = torch.tensor(order, dtype=torch.long, device=device)
-            for layer in cache.layers:
-                layer.keys[:, :, start:end].copy_(_gather_slots(layer.keys[:, :, start:end], index))
-                layer.values[:, :, start:end].copy_(_gather_slots(layer.values[:, :, start:end], index))
+            # gather returns new tensors, so every layer's write-back waits for one foreach copy (not one per tensor)
+            written = [states[:, :, start:end] for states in _states(cache)]
+            _reorder_in_place(written, index)
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
         self.valid[:, start:end] = self._columns[None, :] < counts[:, None]
         self.positions[:, start:end] = query_positions
         kept = max(keep)
         if kept < width:
-            cache.crop(-(width - kept))
+            _crop(cache, width - kept)
         self.length = start + kept
         self.counts = [have + count for have, count in zip(self.counts, keep, strict=True)]
 
@@ -158,10 +160,11 @@ class StaticKVSlots:
         self.valid[:, :width] = valid
         self.valid[:, width:] = False
         self.positions[:, :width] = positions
-        for layer in cache.layers:
-            layer.keys[:, :, :width].copy_(_gather_slots(layer.keys, order))
-            layer.values[:, :, :width].copy_(_gather_slots(layer.values, order))
-        cache.crop(-(self.length - width))
+        torch._foreach_copy_(
+            [states[:, :, :width] for states in _states(cache)],
+            [_gather_slots(states, order) for states in _states(cache)],
+        )
+        _crop(cache, self.length - width)
         self.length = width
 
 
@@ -241,6 +244,34 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
     if criteria is not None and criteria({"cache": cache}, generation_config):
         return model.get_compiled_call(compile_config)
     return model
+
+
+def _states(cache: JacobiStaticCache) -> list[torch.Tensor]:
+    """Every layer's keys and values [B, H, M, D], in one list for the foreach ops."""
+    return [states for layer in cache.layers for states in (layer.keys, layer.values)]
+
+
+def _crop(cache: JacobiStaticCache, tokens: int) -> None:
+    """Gives back the last `tokens` slots of every layer with one foreach op on the layers' `cumulative_length`.
+
+    `Cache.crop` walks the layers and runs one `sub_` each (30 on SmolLM2), every step that keeps fewer columns than
+    it wrote; the lengths stay the layers' own 0-d tensors, changed in place, so a compiled graph still reads them.
+    """
+    if tokens:
+        torch._foreach_sub_([layer.cumulative_length for layer in cache.layers], tokens)
+
+
+def _reorder_in_place(states: list[torch.Tensor], order: torch.Tensor) -> None:
+    """Each of `states` ([B, H, S, D], views into the cache) reordered along S by `order` [B, S], in place: one gather
+    per tensor (gather has no foreach form), the expanded index built once per shape, and one foreach copy back."""
+    indices: dict[tuple[int, int], torch.Tensor] = {}
+    gathered = []
+    for tensor in states:
+        shape = (tensor.shape[1], tensor.shape[3])
+        if shape not in indices:
+            indices[shape] = order[:, None, :, None].expand(-1, shape[0], -1, shape[1])
+        gathered.append(torch.gather(tensor, 2, indices[shape]))
+    torch._foreach_copy_(states, gathered)
 
 
 def _gather_slots(states: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
