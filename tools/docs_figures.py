@@ -959,6 +959,13 @@ def bench_md_shipped_paths(page: Page) -> str:
     return _bench_paths(page, SHIPPED_PATHS)
 
 
+@block("vllm-base-scale")
+def vllm_base_scale(page: Page) -> str:
+    """vLLM on this CPU with the shipped adapter merged (benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""
+    path = "vllm-cpu/base-scale/vllm-cpu.md"
+    return f"{markdown_table(path)}\n\nFiles: {page.ref(path)}, {page.ref('vllm-cpu/base-scale/vllm-cpu.json')}."
+
+
 # every CPU bench of the embedded model: greedy's speed differs between sittings
 CPU_BENCHES = [
     "cpu-humaneval-chat.json",
