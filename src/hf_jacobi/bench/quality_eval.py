@@ -7,6 +7,7 @@ trained model is the base with an adapter merged into a fresh copy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -141,3 +142,21 @@ def targets_met(model: ModelQuality, base: ModelQuality) -> dict[str, bool]:
         if quality.code_passed is not None:
             checks[f"{name}/code_passed"] = quality.code_passed >= (reference.code_passed or 0)
     return checks
+
+
+def same_figures(first: object, second: object, rel_tol: float = 1e-4) -> bool:
+    """Equal figures, floats equal to `rel_tol`: the same greedy answers scored on another device (a GPU's float32
+    kernels against a CPU's) give NLLs that differ in the sixth digit, and a merge must not refuse them for that."""
+    if isinstance(first, float) or isinstance(second, float):
+        return (
+            isinstance(first, (int, float))
+            and isinstance(second, (int, float))
+            and math.isclose(first, second, rel_tol=rel_tol)
+        )
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(same_figures(first[k], second[k], rel_tol) for k in first)
+    if isinstance(first, list) and isinstance(second, list):
+        return len(first) == len(second) and all(
+            same_figures(a, b, rel_tol) for a, b in zip(first, second, strict=True)
+        )
+    return first == second

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from ..atomic import write_text
@@ -120,24 +119,6 @@ def _comparable_model(model: dict) -> dict:
     return {**model, "speed": speed}
 
 
-def same_figures(first: object, second: object, rel_tol: float = 1e-4) -> bool:
-    """Equal figures, floats equal to `rel_tol`: the same greedy answers scored on another device (a GPU's float32
-    kernels against a CPU's) give NLLs that differ in the sixth digit, and a merge must not refuse them for that."""
-    if isinstance(first, float) or isinstance(second, float):
-        return (
-            isinstance(first, (int, float))
-            and isinstance(second, (int, float))
-            and math.isclose(first, second, rel_tol=rel_tol)
-        )
-    if isinstance(first, dict) and isinstance(second, dict):
-        return first.keys() == second.keys() and all(same_figures(first[k], second[k], rel_tol) for k in first)
-    if isinstance(first, list) and isinstance(second, list):
-        return len(first) == len(second) and all(
-            same_figures(a, b, rel_tol) for a, b in zip(first, second, strict=True)
-        )
-    return first == second
-
-
 def _earlier_base(folder: Path, record: dict):
     """The base model's result from an earlier run in `folder`, refused unless that run used the same protocol."""
     from ..bench.quality_eval import ModelQuality
@@ -179,7 +160,7 @@ def _write_outputs(folder: Path, results: dict, models, answers: dict, request_s
 def _merge(args: argparse.Namespace) -> int:
     """One table and one front from several runs of the same protocol with the same base figures, decoding nothing:
     models measured in different sittings (or sessions) read as one study."""
-    from ..bench.quality_eval import ModelQuality, targets_met
+    from ..bench.quality_eval import ModelQuality, same_figures, targets_met
 
     if args.adapters or args.base_results is not None:
         raise CliError("--merge combines finished runs: it takes no --adapters or --base-results")
