@@ -8,12 +8,11 @@ judged on its newest weights (final, or the last checkpoint) so a slow run still
     python recipes/smollm2-135m/gpu_sweep.py --output-dir runs/gpu-sweep            # on the GPU machine
     python recipes/smollm2-135m/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, ~2 min
 
-Measured (2026-11-26, one H200, the three variants below at once): 1.85 s per optimizer step each (50 steps in 92 s;
-a 135M model at batch 1 is launch- and host-bound, so three runs share the GPU well but none runs fast); the recipe's
-one epoch is 556 steps, ~17 minutes at that pace. Most of the host time was PEFT's adapter switch for the KL anchor's
-base forward (264 ms per micro-batch on a CPU, twice a walk of the whole model), replaced since by
-training/adapter_switch.py (6.5 ms); not yet re-measured on a GPU. That first try also ended every
-run at its first checkpoint (the model card template was not found from a source checkout; fixed in hub/card.py).
+Measured (2026-11-26, one H200): a first try, three variants at once, ran at 1.85 s per optimizer step each, most of
+it PEFT's adapter switch for the KL anchor's base forward (replaced since by training/adapter_switch.py) and died at its
+first checkpoint (the model card template, fixed in hub/card.py). The second, the four variants below at once with
+activation checkpointing off, ran at ~1.05 s per step each: 350 s of training reached step ~296 of the epoch's 556,
+and 170 s of judging let two of the four judges finish (docs/results/quality-gpu-sweep/README.md).
 Size a sitting with --train-seconds (the runs are judged on their newest checkpoint) or pass --max_steps in VARIANTS.
 
 Writes, under --output-dir: NAME/ (the run: checkpoints, final adapter, train.log), quality-NAME/ (`hf-jacobi
