@@ -120,7 +120,7 @@ class StaticKVSlots:
             index = torch.tensor(order, dtype=torch.long, device=device)
             # gather returns new tensors, so every layer's write-back waits for one foreach copy (not one per tensor)
             written = [states[:, :, start:end] for states in _states(cache)]
-            _reorder_in_place(written, index)
+            torch._foreach_copy_(written, _gather_slots(written, index))
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
         self.valid[:, start:end] = self._columns[None, :] < counts[:, None]
@@ -160,10 +160,8 @@ class StaticKVSlots:
         self.valid[:, :width] = valid
         self.valid[:, width:] = False
         self.positions[:, :width] = positions
-        torch._foreach_copy_(
-            [states[:, :, :width] for states in _states(cache)],
-            [_gather_slots(states, order) for states in _states(cache)],
-        )
+        states = _states(cache)
+        torch._foreach_copy_([layer[:, :, :width] for layer in states], _gather_slots(states, order))
         _crop(cache, self.length - width)
         self.length = width
 
@@ -261,9 +259,9 @@ def _crop(cache: JacobiStaticCache, tokens: int) -> None:
         torch._foreach_sub_([layer.cumulative_length for layer in cache.layers], tokens)
 
 
-def _reorder_in_place(states: list[torch.Tensor], order: torch.Tensor) -> None:
-    """Each of `states` ([B, H, S, D], views into the cache) reordered along S by `order` [B, S], in place: one gather
-    per tensor (gather has no foreach form), the expanded index built once per shape, and one foreach copy back."""
+def _gather_slots(states: list[torch.Tensor], order: torch.Tensor) -> list[torch.Tensor]:
+    """Each of `states` [B, H, S, D] gathered along S with a per-row slot order [B, S']: one gather per tensor (gather
+    has no foreach form), the expanded index built once per shape (every layer's keys and values share one)."""
     indices: dict[tuple[int, int], torch.Tensor] = {}
     gathered = []
     for tensor in states:
@@ -271,10 +269,4 @@ def _reorder_in_place(states: list[torch.Tensor], order: torch.Tensor) -> None:
         if shape not in indices:
             indices[shape] = order[:, None, :, None].expand(-1, shape[0], -1, shape[1])
         gathered.append(torch.gather(tensor, 2, indices[shape]))
-    torch._foreach_copy_(states, gathered)
-
-
-def _gather_slots(states: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """states [B, H, S, D] gathered along S with a per-row slot order [B, S']."""
-    index = order[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
-    return torch.gather(states, 2, index)
+    return gathered

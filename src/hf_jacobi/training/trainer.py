@@ -217,9 +217,8 @@ class JacobiForcingTrainer(SFTTrainer):
         if self._frozen_base is not None:
             yield self._frozen_base
             return
-        if (
-            self._adapter_switch is None or self._adapter_switch[0] is not model
-        ):  # unwrapping costs too, once is enough
+        # unwrapping costs too, once is enough
+        if self._adapter_switch is None or self._adapter_switch[0] is not model:
             self._adapter_switch = (model, AdapterSwitch(self.accelerator.unwrap_model(model)))
         with self._adapter_switch[1].off() as base:
             yield base
