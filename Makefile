@@ -45,8 +45,11 @@ docs: setup
 docs-figures: setup
 	$(BIN)/python tools/docs_figures.py
 
+# The suite in TEST_WORKERS processes (pytest-xdist; `auto`: one per core), each on one torch thread, slow tests first
+# (tests/conftest.py); TEST_WORKERS=0 runs it in this process, as the other test targets do.
+TEST_WORKERS ?= auto
 test: lint docs
-	$(BIN)/python -m pytest -q -m "not fuzz" --durations=20
+	$(BIN)/python -m pytest -q -m "not fuzz" -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not integration and not fuzz"

@@ -312,6 +312,11 @@ def test_unique_tensors_drops_tied_weights_and_keeps_views_of_other_shape() -> N
 # --------------------------------------------------------------------------------------------------------------------
 
 
+one_conversion = pytest.mark.xdist_group("test_models-conversion")
+"""The tests below share one real conversion (module-scoped fixtures): under pytest-xdist (`make test`, `--dist
+loadgroup`) they run on one worker, which converts once, rather than one conversion per worker that runs any of them."""
+
+
 @pytest.fixture(scope="module")
 def cache_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hf_jacobi_cache")
@@ -355,6 +360,7 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.integration
+@one_conversion
 @needs_model
 def test_load_default_model(first_load, cache_root):
     from transformers import LlamaForCausalLM
@@ -381,6 +387,7 @@ def test_load_default_model(first_load, cache_root):
 
 
 @pytest.mark.integration
+@one_conversion
 @needs_model
 def test_greedy_chat_generation(first_load):
     model, tokenizer = first_load
@@ -393,6 +400,7 @@ def test_greedy_chat_generation(first_load):
 
 
 @pytest.mark.integration
+@one_conversion
 @needs_model
 def test_second_load_comes_from_cache(first_load, cache_root, probe_ids, reference_logits, monkeypatch):
     monkeypatch.setattr(models, "_build_cache", _forbid_rebuild)
@@ -406,6 +414,7 @@ def test_second_load_comes_from_cache(first_load, cache_root, probe_ids, referen
 
 
 @pytest.mark.integration
+@one_conversion
 @needs_model
 def test_env_var_is_honoured(first_load, cache_root, monkeypatch, tmp_path):
     monkeypatch.setattr(models, "_build_cache", _forbid_rebuild)
@@ -421,6 +430,7 @@ def test_env_var_is_honoured(first_load, cache_root, monkeypatch, tmp_path):
 
 
 @pytest.mark.integration
+@one_conversion
 @needs_model
 def test_dtype_option(first_load, cache_root):
     model, _ = load_default_model(cache_dir=cache_root, dtype=torch.bfloat16)
@@ -428,6 +438,7 @@ def test_dtype_option(first_load, cache_root):
 
 
 @pytest.mark.integration
+@one_conversion
 @needs_model
 def test_rank_1_conversion_is_complete_and_equals_another_and_real_damage_is_caught(
     first_load, cache_root, probe_ids, reference_logits, embedded_model, tmp_path, monkeypatch
