@@ -99,11 +99,8 @@ class KVSlots:
         device = query_positions.device
         if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
             index = torch.tensor(order, dtype=torch.long, device=device)
-            for layer in cache.layers:
-                if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                    continue
-                layer.keys[:, :, -width:] = _gather_slots(layer.keys[:, :, -width:], index)
-                layer.values[:, :, -width:] = _gather_slots(layer.values[:, :, -width:], index)
+            written = [states[:, :, -width:] for states in _filled_states(cache)]
+            torch._foreach_copy_(written, gather_slots(written, index))
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
         self.commit(cache, torch.arange(width, device=device)[None, :] < counts[:, None], query_positions)
@@ -133,11 +130,10 @@ class KVSlots:
         order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, -width:]
         self.valid = torch.gather(self.valid, 1, order)
         self.positions = torch.gather(self.positions, 1, order)
-        for layer in cache.layers:
-            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                continue
-            layer.keys = _gather_slots(layer.keys, order)
-            layer.values = _gather_slots(layer.values, order)
+        layers = [layer for layer in cache.layers if _filled(layer)]
+        gathered = gather_slots(_filled_states(cache), order)
+        for layer, keys, values in zip(layers, gathered[0::2], gathered[1::2], strict=True):
+            layer.keys, layer.values = keys, values
 
     def maybe_compact(self, cache: DynamicCache, min_holes: int = 32, fraction: float = 0.25) -> bool:
         """Compacts when enough of the cache is holes to be worth one gather over it."""
@@ -148,7 +144,25 @@ class KVSlots:
         return False
 
 
-def _gather_slots(states: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """states [B, H, S, D] gathered along S with a per-row slot order [B, S']."""
-    index = order[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
-    return torch.gather(states, 2, index)
+def _filled(layer) -> bool:
+    """Whether a cache layer holds keys yet (a layer the prefill has not reached, or an empty one, has nothing to move)."""
+    return getattr(layer, "keys", None) is not None and layer.keys.numel() > 0
+
+
+def _filled_states(cache: DynamicCache) -> list[torch.Tensor]:
+    """The keys and values [B, H, S, D] of every filled layer, in layer order (keys, values, keys, ...)."""
+    return [states for layer in cache.layers if _filled(layer) for states in (layer.keys, layer.values)]
+
+
+def gather_slots(states: list[torch.Tensor], order: torch.Tensor) -> list[torch.Tensor]:
+    """Each of `states` [B, H, S, D] gathered along S with a per-row slot order [B, S'], for both caches' commits and
+    compactions: one gather per tensor (gather has no foreach form), the expanded index built once per shape (every
+    layer's keys and values usually share one)."""
+    indices: dict[tuple[int, int], torch.Tensor] = {}
+    gathered = []
+    for tensor in states:
+        shape = (tensor.shape[1], tensor.shape[3])
+        if shape not in indices:
+            indices[shape] = order[:, None, :, None].expand(-1, shape[0], -1, shape[1])
+        gathered.append(torch.gather(tensor, 2, indices[shape]))
+    return gathered

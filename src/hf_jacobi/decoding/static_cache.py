@@ -29,6 +29,7 @@ import torch
 from transformers import CompileConfig, DynamicCache, GenerationConfig
 from transformers.cache_utils import Cache, StaticLayer
 
+from .cache import gather_slots
 from .config import JacobiConfig
 from .masks import SLIDING, AttentionLayout, layer_masks
 
@@ -120,7 +121,7 @@ class StaticKVSlots:
             index = torch.tensor(order, dtype=torch.long, device=device)
             # gather returns new tensors, so every layer's write-back waits for one foreach copy (not one per tensor)
             written = [states[:, :, start:end] for states in _states(cache)]
-            torch._foreach_copy_(written, _gather_slots(written, index))
+            torch._foreach_copy_(written, gather_slots(written, index))
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
         self.valid[:, start:end] = self._columns[None, :] < counts[:, None]
@@ -161,7 +162,7 @@ class StaticKVSlots:
         self.valid[:, width:] = False
         self.positions[:, :width] = positions
         states = _states(cache)
-        torch._foreach_copy_([layer[:, :, :width] for layer in states], _gather_slots(states, order))
+        torch._foreach_copy_([layer[:, :, :width] for layer in states], gather_slots(states, order))
         _crop(cache, self.length - width)
         self.length = width
 
@@ -257,16 +258,3 @@ def _crop(cache: JacobiStaticCache, tokens: int) -> None:
     """
     if tokens:
         torch._foreach_sub_([layer.cumulative_length for layer in cache.layers], tokens)
-
-
-def _gather_slots(states: list[torch.Tensor], order: torch.Tensor) -> list[torch.Tensor]:
-    """Each of `states` [B, H, S, D] gathered along S with a per-row slot order [B, S']: one gather per tensor (gather
-    has no foreach form), the expanded index built once per shape (every layer's keys and values share one)."""
-    indices: dict[tuple[int, int], torch.Tensor] = {}
-    gathered = []
-    for tensor in states:
-        shape = (tensor.shape[1], tensor.shape[3])
-        if shape not in indices:
-            indices[shape] = order[:, None, :, None].expand(-1, shape[0], -1, shape[1])
-        gathered.append(torch.gather(tensor, 2, indices[shape]))
-    return gathered
