@@ -937,6 +937,7 @@ def card_gpu(page: Page) -> str:
 
 REPAIR_PATHS = f"{JF}/bench-repair-paths/bench.json"
 SHIPPED_PATHS = f"{JF}/bench-base-scale-paths/bench.json"
+RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
 
 
 def _bench_paths(page: Page, path: str) -> str:
@@ -959,6 +960,12 @@ def bench_md_shipped_paths(page: Page) -> str:
     return _bench_paths(page, SHIPPED_PATHS)
 
 
+@block("bench-md-retune-heldout")
+def bench_md_retune_heldout(page: Page) -> str:
+    """The shipped adapter's candidate defaults on held-out prompts no default was chosen on (recipe `retune-heldout`)."""
+    return _bench_paths(page, RETUNE_HELDOUT)
+
+
 @block("vllm-base-scale")
 def vllm_base_scale(page: Page) -> str:
     """vLLM on this CPU with the shipped adapter merged (benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""
@@ -976,6 +983,7 @@ CPU_BENCHES = [
     f"{JF}/bench-round4/bench.json",
     REPAIR_PATHS,
     SHIPPED_PATHS,
+    RETUNE_HELDOUT,
 ]
 
 
