@@ -19,12 +19,17 @@ SLOW_MARKERS = ("integration", "distributed")
 """Tests that take seconds to minutes each (the embedded model, several processes), against milliseconds for most."""
 
 
+def _xdist_workers() -> int:
+    """How many pytest-xdist workers run the suite (1 without xdist); xdist sets this in every worker's environment."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, the slow tests first: xdist hands the first quarter of the tests out in turn, so each
     worker gets half of the slow ones, and the workers then finish together on the fast ones; in file order the last
     minutes of the run were one worker on the embedded model's tests while the other sat idle. Without xdist the
     order is the files' own."""
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    if _xdist_workers() > 1:
         items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in SLOW_MARKERS))
 
 
@@ -32,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`make test` runs one worker per core), one torch thread per worker and per process a test
     starts: two workers with a thread per core each would oversubscribe the cores, which on a 2-core machine runs
     torch many times slower than one worker alone."""
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    if _xdist_workers() > 1:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
         import torch
 

@@ -99,7 +99,7 @@ class KVSlots:
         device = query_positions.device
         if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
             index = torch.tensor(order, dtype=torch.long, device=device)
-            written = [states[:, :, -width:] for states in _filled_states(cache)]
+            written = [states[:, :, -width:] for states in layer_states(_filled_layers(cache))]
             torch._foreach_copy_(written, gather_slots(written, index))
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
@@ -130,8 +130,8 @@ class KVSlots:
         order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, -width:]
         self.valid = torch.gather(self.valid, 1, order)
         self.positions = torch.gather(self.positions, 1, order)
-        layers = [layer for layer in cache.layers if _filled(layer)]
-        gathered = gather_slots(_filled_states(cache), order)
+        layers = _filled_layers(cache)
+        gathered = gather_slots(layer_states(layers), order)
         for layer, keys, values in zip(layers, gathered[0::2], gathered[1::2], strict=True):
             layer.keys, layer.values = keys, values
 
@@ -144,14 +144,14 @@ class KVSlots:
         return False
 
 
-def _filled(layer) -> bool:
-    """Whether a cache layer holds keys yet (a layer the prefill has not reached, or an empty one, has nothing to move)."""
-    return getattr(layer, "keys", None) is not None and layer.keys.numel() > 0
+def _filled_layers(cache: DynamicCache) -> list:
+    """The layers that hold keys yet (a layer the prefill has not reached, or an empty one, has nothing to move)."""
+    return [layer for layer in cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0]
 
 
-def _filled_states(cache: DynamicCache) -> list[torch.Tensor]:
-    """The keys and values [B, H, S, D] of every filled layer, in layer order (keys, values, keys, ...)."""
-    return [states for layer in cache.layers if _filled(layer) for states in (layer.keys, layer.values)]
+def layer_states(layers: list) -> list[torch.Tensor]:
+    """The keys and values [B, H, S, D] of `layers`, in one list (keys, values, keys, ...) for the foreach ops."""
+    return [states for layer in layers for states in (layer.keys, layer.values)]
 
 
 def gather_slots(states: list[torch.Tensor], order: torch.Tensor) -> list[torch.Tensor]:

@@ -29,7 +29,7 @@ import torch
 from transformers import CompileConfig, DynamicCache, GenerationConfig
 from transformers.cache_utils import Cache, StaticLayer
 
-from .cache import gather_slots
+from .cache import gather_slots, layer_states
 from .config import JacobiConfig
 from .masks import SLIDING, AttentionLayout, layer_masks
 
@@ -120,7 +120,7 @@ class StaticKVSlots:
         if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
             index = torch.tensor(order, dtype=torch.long, device=device)
             # gather returns new tensors, so every layer's write-back waits for one foreach copy (not one per tensor)
-            written = [states[:, :, start:end] for states in _states(cache)]
+            written = [states[:, :, start:end] for states in layer_states(cache.layers)]
             torch._foreach_copy_(written, gather_slots(written, index))
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
@@ -161,7 +161,7 @@ class StaticKVSlots:
         self.valid[:, :width] = valid
         self.valid[:, width:] = False
         self.positions[:, :width] = positions
-        states = _states(cache)
+        states = layer_states(cache.layers)
         torch._foreach_copy_([layer[:, :, :width] for layer in states], gather_slots(states, order))
         _crop(cache, self.length - width)
         self.length = width
@@ -243,11 +243,6 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
     if criteria is not None and criteria({"cache": cache}, generation_config):
         return model.get_compiled_call(compile_config)
     return model
-
-
-def _states(cache: JacobiStaticCache) -> list[torch.Tensor]:
-    """Every layer's keys and values [B, H, M, D], in one list for the foreach ops."""
-    return [states for layer in cache.layers for states in (layer.keys, layer.values)]
 
 
 def _crop(cache: JacobiStaticCache, tokens: int) -> None:
