@@ -88,7 +88,9 @@ def run_curves(plan: dict, out: Path) -> None:
             torch.cuda.empty_cache()
 
 
-def run_decode(plan: dict, out: Path, model: Path | None, compile_paths: bool) -> bool:
+def run_decode(
+    plan: dict, out: Path, model: Path | None, compile_paths: bool, widths: list[str] | None = None
+) -> bool:
     """Every decode run of the plan; False when a float32 run failed (in float32 every output must equal greedy's)."""
     ok = True
     for dtype, batch, prompts, rounds in plan["decode"]:
@@ -99,6 +101,7 @@ def run_decode(plan: dict, out: Path, model: Path | None, compile_paths: bool) -
         argv += (
             ["--jacobi-paths", "eager", "compiled"] if compile_paths else ["--jacobi-paths", "eager", "--no-compile"]
         )
+        argv += ["--static-widths", *widths] if widths and compile_paths else []
         print(f"\n== decode {dtype} batch {batch}: hf-jacobi {' '.join(argv)}", flush=True)
         code = hf_jacobi(argv)
         if code != 0 and dtype == "float32":
@@ -266,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny random model and tiny sizes: a smoke run anywhere")
     parser.add_argument("--model", type=Path, default=None, help="a local checkpoint instead of the shipped adapter")
     parser.add_argument("--no-compile", action="store_true", help="skip both compiled paths (greedy and Jacobi)")
+    parser.add_argument("--static-widths", nargs="+", help="the compiled Jacobi path's width counts, e.g. 1 5 (bench)")
     args = parser.parse_args(argv)
     plan = TINY if args.tiny else FULL
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         run_curves(plan, args.output_dir)
     ok = True
     if "decode" in args.phases:
-        ok = run_decode(plan, args.output_dir, args.model, compile_paths=not args.no_compile)
+        ok = run_decode(plan, args.output_dir, args.model, not args.no_compile, args.static_widths)
     if "summary" in args.phases:
         from transformers import GenerationConfig
 

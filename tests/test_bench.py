@@ -12,7 +12,7 @@ import torch
 from hf_jacobi import enable_jacobi, measurement
 from hf_jacobi.bench import report, runner
 from hf_jacobi.bench.runner import run_bench
-from hf_jacobi.bench.settings import AR_COMPILED, AR_STATIC, JACOBI, Setting, bench_settings
+from hf_jacobi.bench.settings import AR_COMPILED, AR_STATIC, JACOBI, Setting, bench_settings, path_variants
 from hf_jacobi.bench.tasks import BenchItem, BenchTask, Score, load_task
 from hf_jacobi.cli import main
 from tiny_models import tiny_model, tiny_tokenizer
@@ -294,3 +294,18 @@ def test_the_compiled_path_twins_each_jacobi_setting_on_a_static_compiled_cache(
     assert rows[1]["forwards"] == rows[2]["forwards"] and all(r["identical"] == 2 for r in rows)
     assert all(r["differing_common_prefix"] is None for r in rows)
     assert all(s.common_prefix == s.new_tokens for s in run.samples)
+
+
+def test_static_widths_time_the_compiled_path_once_per_width_count():
+    """`--static-widths 1 3`: each compiled Jacobi setting once per count (named by it), the eager path once."""
+    settings = bench_settings(
+        [4], ["both"], compiled_baseline=False, paths=["eager", "compiled"], static_widths=[1, 3]
+    )
+    assert [s.name for s in settings[1:]] == [
+        "Jacobi both n=4",
+        "Jacobi both n=4 (compiled static cache in 1 width)",
+        "Jacobi both n=4 (compiled static cache in 3 widths)",
+    ]
+    assert [s.config.static_widths for s in settings[1:]] == [None, 1, 3]
+    assert settings[3].generate_kwargs(torch.device("cpu"))["jacobi_static_widths"] == 3
+    assert path_variants(["eager", "compiled"], [1, 3]) == [("eager", None), ("compiled", 1), ("compiled", 3)]

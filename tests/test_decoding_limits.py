@@ -3,11 +3,13 @@ refused before anything is allocated, naming the settings to lower."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from hf_jacobi import JacobiConfig, TrajectoryRecorder, enable_jacobi
-from hf_jacobi.decoding import checks
+from hf_jacobi.decoding import checks, static_cache
 from tiny_models import random_prompts, tiny_model
 
 
@@ -52,11 +54,12 @@ def test_huge_settings_cost_nothing_beyond_the_budget(forward_widths, settings, 
     assert torch.equal(jacobi, greedy)
     config = JacobiConfig.from_generation_config(**{k.removeprefix("jacobi_"): v for k, v in settings.items()})
     # no forward is wider than the bound the memory check assumes, itself bounded by the budget of 8 tokens; the
-    # static path pads every forward to that bound
+    # static path pads every forward to one of its widths, the widest of which is that bound
     bound = sum(checks.widest_forward(config, prompt_len=10, capacity=8))
     assert max(widths[1:]) <= bound
     if cache == "static":
-        assert set(widths[1:]) == {bound}
+        assert set(widths[1:]) <= set(checks.forward_widths(config, 10, 8, static_cache.CPU_WIDTHS))
+        assert checks.forward_widths(config, 10, 8, static_cache.CPU_WIDTHS)[-1] == bound
     if "jacobi_ngram_pool_size" not in settings:
         assert bound == 8
 
@@ -123,3 +126,14 @@ def test_the_estimate_counts_logits_masks_and_kv_of_the_widest_forward():
     config = JacobiConfig(block_size=16, num_blocks=4, ngram_pool_size=3)
     assert checks.widest_forward(config, prompt_len=10, capacity=100) == (64, 3 * 15)
     assert checks.widest_forward(config, prompt_len=10, capacity=9) == (9, 3 * 8)
+
+
+def test_the_static_widths_spread_candidate_counts_and_end_at_the_widest_forward():
+    config = JacobiConfig(block_size=8, ngram_pool_size=4)  # a chain of 8, up to 4 candidates of 7 tokens
+    widths = functools.partial(checks.forward_widths, config, 10, 128)
+    assert widths(1) == (8 + 4 * 7,) == (sum(checks.widest_forward(config, 10, 128)),)
+    assert widths(2) == (8, 36)
+    assert widths(3) == (8, 22, 36)
+    assert widths(5) == widths(9) == (8, 15, 22, 29, 36)  # never more widths than candidate counts
+    assert checks.forward_widths(JacobiConfig(block_size=8), 10, 128, 5) == (8,)  # no pool: the chain only
+    assert checks.forward_widths(config, 10, 4, 5) == (4, 7, 10, 13, 16)  # a 4-token budget cuts chain and candidates

@@ -1,5 +1,6 @@
 """The static path of the Jacobi loop (`cache_implementation="static"`): same outputs as greedy and the same forwards
-as the dynamic path, one forward shape per call on a preallocated cache, and a compiled forward that compiles once."""
+as the dynamic path, a few fixed forward shapes per call on a preallocated cache, and a compiled forward that compiles
+once per shape."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from transformers import CompileConfig, GenerationConfig, StaticCache
 
 from hf_jacobi import JacobiConfig, enable_jacobi
 from hf_jacobi.decoding import loop, static_cache
-from hf_jacobi.decoding.config import resolve_jacobi_config
+from hf_jacobi.decoding.call_settings import resolve_jacobi_config
 from hf_jacobi.decoding.static_cache import LENGTH_ATTRIBUTE, StaticKVSlots
+from hf_jacobi.decoding.step_layout import StepLayout
 from tiny_models import PAD, fresh_tiny_model, random_prompts, tiny_model
 
 SETTINGS = {
@@ -105,23 +107,48 @@ def spy(monkeypatch):
     return seen
 
 
-def test_every_forward_has_one_shape_and_the_cache_is_never_reallocated(spy):
+def test_one_width_pads_every_forward_to_the_widest_and_the_cache_is_never_reallocated(spy):
     model = enable_jacobi(tiny_model("llama", 0))
     ids, mask = random_prompts(3, 9, seed=5)
-    settings = SETTINGS["all"]
+    settings = {**SETTINGS["all"], "jacobi_static_widths": 1}
     out = model.generate(
         ids, attention_mask=mask, do_sample=False, max_new_tokens=30, decoding="jacobi", **STATIC, **settings
     )
     assert torch.equal(out, model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=30))
     ((cache, pointers, slots),) = spy["caches"]
     length = cache.layers[0].max_cache_len
-    width = slots.step_width
+    (width,) = slots.step_widths
     assert width == 1 + 3 * 2 - 1 + 3 * 2  # the chain of 2 blocks of 3, then 3 candidates of 2 tokens
     assert {shape[:2] for shape in spy["shapes"]} == {((3, width), (3, 1, width, length))}
     assert len(spy["shapes"]) > 5  # rows finished at different steps, yet the batch stayed at 3
     assert [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers] == pointers
     assert int(cache.layers[0].cumulative_length) == slots.length
     assert not slots.valid[:, slots.length :].any()
+
+
+def test_each_forward_takes_the_narrowest_width_that_fits(spy, monkeypatch):
+    """On a CPU the static path pads to a few widths (the chain plus 0..3 candidates here), each forward to the
+    narrowest that holds its widest row: steps with fewer candidates run narrower, on the same cache storage."""
+    layouts = []
+
+    def recording_layout(*args, **kwargs):
+        layout = StepLayout(*args, **kwargs)
+        layouts.append((max(layout.columns_used), layout.width))
+        return layout
+
+    monkeypatch.setattr(loop, "StepLayout", recording_layout)
+    model = enable_jacobi(tiny_model("llama", 0))
+    ids, mask = random_prompts(3, 9, seed=5)
+    greedy, dynamic, static = dynamic_and_static(model, ids, mask, SETTINGS["all"], max_new_tokens=30)
+    assert torch.equal(static.sequences, greedy)
+    assert_same_forwards(dynamic, static)
+    ((cache, pointers, slots),) = spy["caches"]
+    assert slots.step_widths == (6, 8, 10, 12)  # the chain of 6, then 1, 2 or 3 candidates of 2 tokens
+    static_layouts = layouts[len(layouts) // 2 :]  # the dynamic call's forwards came first, as many as the static's
+    assert [width for _, width in static_layouts] == [shape[0][1] for shape in spy["shapes"]]
+    assert all(width == min(w for w in slots.step_widths if w >= used) for used, width in static_layouts)
+    assert len({width for _, width in static_layouts}) > 1
+    assert [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers] == pointers
 
 
 def test_compaction_when_holes_fill_the_cache_changes_nothing(spy, monkeypatch):
@@ -233,10 +260,14 @@ def test_a_generation_configs_own_cache_implementation_counts_unless_a_jacobi_se
 
 
 def test_a_checkpoint_carries_the_choice_and_a_call_overrides_it(tmp_path, monkeypatch):
-    config = JacobiConfig(block_size=4, cache_implementation="static", compile="never")
+    config = JacobiConfig(block_size=4, cache_implementation="static", compile="never", static_widths=2)
     config.write_to(GenerationConfig(max_new_tokens=10, do_sample=False)).save_pretrained(tmp_path)
     saved = GenerationConfig.from_pretrained(tmp_path)
-    assert (saved.jacobi_cache_implementation, saved.jacobi_compile) == ("static", "never")
+    assert (saved.jacobi_cache_implementation, saved.jacobi_compile, saved.jacobi_static_widths) == (
+        "static",
+        "never",
+        2,
+    )
     assert JacobiConfig.from_generation_config(saved) == config
     model = enable_jacobi(fresh_tiny_model("llama", 0))
     model.generation_config = saved
@@ -245,7 +276,7 @@ def test_a_checkpoint_carries_the_choice_and_a_call_overrides_it(tmp_path, monke
     ids, mask = random_prompts(2, 6, seed=1)
     greedy = model.generate(ids, attention_mask=mask, decoding="greedy")
     assert torch.equal(model.generate(ids, attention_mask=mask), greedy) and used == [1]
-    # a call's own cache_implementation wins, and the checkpoint's compile setting goes with its static cache
+    # a call's own cache_implementation wins, and the checkpoint's compile and widths settings go with its static cache
     assert torch.equal(model.generate(ids, attention_mask=mask, cache_implementation="dynamic"), greedy)
     assert used == [1]
     assert "static cache" in config.describe()
@@ -291,11 +322,22 @@ def test_compile_follows_transformers_rules_unless_told(monkeypatch):
         ({"jacobi_cache_implementation": "paged"}, r"jacobi_cache_implementation must be one of \['dynamic', "),
         ({"jacobi_compile": "yes"}, r"jacobi_compile must be one of \['auto', 'always', 'never'\], got 'yes'"),
         ({"jacobi_compile": "always"}, r"jacobi_compile='always' .* needs jacobi_cache_implementation='static'"),
+        ({"jacobi_static_widths": 2}, r"jacobi_static_widths=2 sets .* needs jacobi_cache_implementation='static'"),
+        ({**STATIC, "jacobi_static_widths": 0}, r"jacobi_static_widths must be an integer >= 1, got 0"),
         ({"cache_implementation": "offloaded"}, r"got cache_implementation='offloaded'. Accepted: None, 'dynamic'"),
         ({"compile_config": CompileConfig()}, r"compile_config needs cache_implementation='static'"),
         ({"cache": StaticCache(config=tiny_model("llama").config, max_cache_len=64)}, r"do not pass `cache`"),
     ],
-    ids=["cache", "compile", "compile-dynamic", "offloaded", "compile-config-dynamic", "user-cache"],
+    ids=[
+        "cache",
+        "compile",
+        "compile-dynamic",
+        "widths-dynamic",
+        "no-widths",
+        "offloaded",
+        "compile-config-dynamic",
+        "user-cache",
+    ],
 )
 def test_unsupported_combinations_are_refused(kwargs, message):
     model = enable_jacobi(tiny_model("llama", 0))
@@ -304,10 +346,12 @@ def test_unsupported_combinations_are_refused(kwargs, message):
         model.generate(ids, attention_mask=mask, max_new_tokens=4, decoding="jacobi", **kwargs)
 
 
-def test_the_compiled_forward_compiles_once_per_setting():
+@pytest.mark.parametrize("static_widths", [1, None])
+def test_the_compiled_forward_compiles_once_per_width(static_widths):
     """torch.compile on CPU (dynamo, with the eager backend to keep the test short; inductor compiles the same graph):
-    the first call compiles the verify forward once, its later steps and later prompts of the same setting (other
-    lengths, same batch and budget) compile nothing new, and the outputs stay greedy's."""
+    one width compiles the verify forward once, on the first call, and its later steps and later prompts of the same
+    setting (other lengths, same batch and budget) compile nothing new; with the CPU's several widths no more graphs are
+    made than there are widths (dynamo's default turns the width dynamic at the second). Outputs stay greedy's."""
     counters = torch._dynamo.utils.counters
     torch._dynamo.reset()
     model = enable_jacobi(fresh_tiny_model("qwen2", 0))
@@ -320,9 +364,19 @@ def test_the_compiled_forward_compiles_once_per_setting():
     for length, seed in ((8, 1), (6, 2), (8, 3)):
         ids, mask = random_prompts(2, length, seed=seed)
         greedy = model.generate(ids, attention_mask=mask, **kwargs)
-        out = model.generate(ids, attention_mask=mask, return_dict_in_generate=True, **kwargs, **settings)
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            return_dict_in_generate=True,
+            jacobi_static_widths=static_widths,
+            **kwargs,
+            **settings,
+        )
         assert torch.equal(out.sequences, greedy)
         assert int(out.forward_passes.max()) > 3
         graphs.append(counters["stats"]["unique_graphs"] - before)
-    assert graphs[0] == 1 and graphs[1:] == [1, 1], graphs
+    if static_widths == 1:
+        assert graphs == [1, 1, 1], graphs
+    else:
+        assert 1 < graphs[-1] <= 4, graphs  # 4 widths: the chain of 6, then 1, 2 or 3 candidates of 2 tokens
     torch._dynamo.reset()

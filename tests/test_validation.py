@@ -129,6 +129,7 @@ def test_config_is_a_frozen_validated_dataclass():
         "jacobi_draft_seed",
         "jacobi_cache_implementation",
         "jacobi_compile",
+        "jacobi_static_widths",
     )
     with pytest.raises(ValueError, match="jacobi_draft_seed must be an integer"):
         JacobiConfig(draft_seed="x")

@@ -151,7 +151,9 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
     if any(r.get("path") == COMPILED for r in rows):
         lines.append(
             "(compiled static cache) = the same Jacobi setting on a static cache with its verify forward compiled "
-            f"(transformers' default CompileConfig, mode {AR_COMPILE_MODE!r}); the warm-up builds its graph untimed."
+            f"(transformers' default CompileConfig, mode {AR_COMPILE_MODE!r}), each forward padded to the narrowest of "
+            "a few fixed widths that fits (jacobi_static_widths: 5 on a CPU and 1 on an accelerator unless the name "
+            "says); the warm-up builds its graphs untimed."
         )
     if any(setting.kind == AR_COMPILED for setting in run.settings):
         lines.append(

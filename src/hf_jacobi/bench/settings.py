@@ -42,18 +42,19 @@ class Setting:
     config: JacobiConfig | None = None  # a Jacobi setting given whole (the model's defaults), not as a variant
 
     @classmethod
-    def model_defaults(cls, generation_config, path: str = EAGER) -> Setting:
+    def model_defaults(cls, generation_config, path: str = EAGER, static_widths: int | None = None) -> Setting:
         """The Jacobi settings `generate(decoding="jacobi")` uses for this model with no other argument: what a user
         of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time; on the compiled
-        path, the same settings with the static cache and a compiled forward."""
-        config = _on_path(JacobiConfig.from_generation_config(generation_config), path)
+        path, the same settings with the static cache and a compiled forward (padded to `static_widths` widths, else
+        the device's default)."""
+        config = _on_path(JacobiConfig.from_generation_config(generation_config), path, static_widths)
         return cls(f"Jacobi default ({config.describe()})", JACOBI, config.block_size, DEFAULT_VARIANT, config)
 
     @classmethod
-    def jacobi(cls, variant: str, block_size: int, path: str = EAGER) -> Setting:
+    def jacobi(cls, variant: str, block_size: int, path: str = EAGER, static_widths: int | None = None) -> Setting:
         """One benchmarked variant at one block size, on the eager or the compiled path."""
-        config = _on_path(variant_config(variant, block_size), path)
-        suffix = "" if path == EAGER else " (compiled static cache)"
+        config = _on_path(variant_config(variant, block_size), path, static_widths)
+        suffix = "" if path == EAGER else f" ({config.describe().split(', ')[-1]})"
         return cls(f"Jacobi {variant} n={block_size}{suffix}", JACOBI, block_size, variant, config)
 
     @property
@@ -79,16 +80,17 @@ class Setting:
         return self.kind in (AR, AR_STATIC, AR_COMPILED)
 
 
-def compiled_path(config: JacobiConfig) -> JacobiConfig:
-    """`config` on the compiled path: the static cache with the verify forward compiled on any device. Its tokens and
-    forwards are the eager path's; only its timing differs (bench and tune both time it as a twin)."""
-    return config.replace(cache_implementation="static", compile="always")
+def compiled_path(config: JacobiConfig, static_widths: int | None = None) -> JacobiConfig:
+    """`config` on the compiled path: the static cache with the verify forward compiled on any device, padded to
+    `static_widths` widths (None: the device's default). Its tokens and forwards are the eager path's; only its timing
+    differs (bench and tune both time it as a twin)."""
+    return config.replace(cache_implementation="static", compile="always", static_widths=static_widths)
 
 
-def _on_path(config: JacobiConfig, path: str) -> JacobiConfig:
+def _on_path(config: JacobiConfig, path: str, static_widths: int | None = None) -> JacobiConfig:
     if path not in JACOBI_PATHS:
         raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
-    return config if path == EAGER else compiled_path(config)
+    return config if path == EAGER else compiled_path(config, static_widths)
 
 
 def bench_settings(
@@ -96,17 +98,25 @@ def bench_settings(
     variants: list[str],
     compiled_baseline: bool = True,
     paths: tuple[str, ...] | list[str] = (EAGER,),
+    static_widths: tuple[int | None, ...] | list[int | None] = (None,),
 ) -> list[Setting]:
     """Plain AR first (the reference every other setting is checked against), then the compiled AR, then Jacobi on
-    each of `paths` (eager, compiled)."""
+    each of `paths` (eager, compiled: once per entry of `static_widths`)."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown Jacobi variants {unknown}; accepted: {list(VARIANTS)}")
     settings = [Setting("AR (generate)", AR)]
     if compiled_baseline:
         settings.append(Setting("AR (static cache + compile)", AR_COMPILED))
-    for path in paths:
+    for path, widths in path_variants(paths, static_widths):
         for variant in variants:
             for block in block_sizes:
-                settings.append(Setting.jacobi(variant, block, path))
+                settings.append(Setting.jacobi(variant, block, path, widths))
     return settings
+
+
+def path_variants(
+    paths: tuple[str, ...] | list[str], static_widths: tuple[int | None, ...] | list[int | None] = (None,)
+) -> list[tuple[str, int | None]]:
+    """(path, static widths) of every way a Jacobi setting is timed: eager once, compiled once per width count."""
+    return [(path, widths) for path in paths for widths in ((None,) if path == EAGER else static_widths)]

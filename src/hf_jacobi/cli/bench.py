@@ -27,18 +27,22 @@ def run_bench_command(args: argparse.Namespace) -> int:
     """
     from hf_jacobi.bench import report
     from hf_jacobi.bench.runner import run_bench
-    from hf_jacobi.bench.settings import Setting, bench_settings
+    from hf_jacobi.bench.settings import Setting, bench_settings, path_variants
 
     writable_output(args.output_dir, "--output-dir")
     if importlib.util.find_spec("matplotlib") is None:
         raise CliError("bench writes a plot and needs matplotlib: pip install 'hf-jacobi[bench]'")
     task = _load_task(args)  # the task first: a bad --data is reported before a model is loaded
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
+    widths = args.static_widths or [None]
     settings = bench_settings(
-        args.block_sizes, args.variants, compiled_baseline=not args.no_compile, paths=args.jacobi_paths
+        args.block_sizes, args.variants, not args.no_compile, paths=args.jacobi_paths, static_widths=widths
     )
     if args.model_defaults:
-        settings += [Setting.model_defaults(loaded.model.generation_config, path) for path in args.jacobi_paths]
+        generation_config = loaded.model.generation_config
+        settings += [
+            Setting.model_defaults(generation_config, *way) for way in path_variants(args.jacobi_paths, widths)
+        ]
     meta = _run_meta(args, loaded.name, task, settings)
     partial = args.output_dir / PARTIAL
     run = run_bench(
@@ -101,6 +105,7 @@ def _run_meta(args: argparse.Namespace, model_name: str, task, settings) -> dict
         "rounds": args.rounds,
         "ar_compile_mode": AR_COMPILE_MODE if any(s.kind == AR_COMPILED for s in settings) else None,
         "jacobi_paths": list(args.jacobi_paths),
+        "static_widths": args.static_widths,
     }
 
 
@@ -160,6 +165,14 @@ def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
         default=[EAGER],
         help="how each Jacobi setting runs: eager (dynamic cache, the default path) and/or compiled (static cache, "
         "verify forward compiled with transformers' default CompileConfig: CUDA graphs on a GPU); default eager",
+    )
+    bench.add_argument(
+        "--static-widths",
+        nargs="+",
+        type=positive_int,
+        default=None,
+        help="the compiled path's forward widths (jacobi_static_widths), one timed setting per count given, e.g. "
+        "1 5 to time one width against five; default: the device's choice (5 on a CPU, 1 on an accelerator)",
     )
     bench.add_argument(
         "--model-defaults",

@@ -39,8 +39,8 @@ class KVSlots:
         positions: LongTensor [B, S]; the position id each slot was computed with (meaningless where invalid).
     """
 
-    step_width: int | None = None
-    """Columns of every forward: None lets each forward take the width its widest row needs."""
+    step_widths: tuple[int, ...] | None = None
+    """The widths forwards are padded to: None lets each forward take the width its widest row needs."""
 
     def __init__(self, valid: torch.Tensor, positions: torch.Tensor, layout: AttentionLayout) -> None:
         self.valid = valid

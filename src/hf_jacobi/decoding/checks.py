@@ -70,7 +70,27 @@ def check_generation_config(
 
 
 def widest_forward(config: JacobiConfig, prompt_len: int, capacity: int) -> tuple[int, int]:
-    """(chain columns, candidate columns) of the widest forward a call with a budget of `capacity` tokens can make.
+    """(chain columns, candidate columns) of the widest forward a call with a budget of `capacity` tokens can make."""
+    chain, count, length = _forward_parts(config, prompt_len, capacity)
+    return chain, count * length
+
+
+def forward_widths(config: JacobiConfig, prompt_len: int, capacity: int, how_many: int) -> tuple[int, ...]:
+    """The widths, narrowest first, that the static path pads its forwards to: the chain and `k` candidate branches for
+    `how_many` counts `k` spread evenly from none to all (the widest forward last, so every step fits).
+
+    Candidates come a whole branch at a time, so a step that verifies few of them (an empty pool early on, a key the
+    pool has not seen) fits a narrower width; each width is one compiled graph.
+    """
+    chain, count, length = _forward_parts(config, prompt_len, capacity)
+    if how_many == 1 or count == 0:
+        return (chain + count * length,)
+    spread = min(how_many, count + 1) - 1
+    return tuple(sorted({chain + round(count * step / spread) * length for step in range(spread + 1)}))
+
+
+def _forward_parts(config: JacobiConfig, prompt_len: int, capacity: int) -> tuple[int, int, int]:
+    """(chain columns, candidate branches, columns per branch) of the widest forward.
 
     The prefill commits the first token and no branch is given more drafts than the tokens left (`RowState.propose`),
     so huge settings are bounded by the budget. Candidates are bounded by what the pool can return: per key length, at
@@ -81,7 +101,7 @@ def widest_forward(config: JacobiConfig, prompt_len: int, capacity: int) -> tupl
     chain = 1 + min(config.block_size * config.num_blocks - 1, drafts)
     filed = prompt_len + capacity * (chain + 1)
     count = min(config.candidates_per_step, config.ngram_key_size * min(config.ngram_pool_size, filed))
-    return chain, count * min(config.candidate_length, drafts)
+    return chain, count, min(config.candidate_length, drafts)
 
 
 def forward_bytes(model, batch: int, width: int, context: int) -> dict[str, int]:

@@ -59,6 +59,10 @@ class JacobiConfig:
         compile: When the static path compiles its verify forward: "auto" (as transformers' generate decides: on an
             accelerator, or where `compile_config` asks for every device), "always" (any device, the CPU included)
             or "never". Only the static cache can be compiled.
+        static_widths: How many forward widths the static path pads to, each its own compiled graph: the chain plus
+            0..V candidates at evenly spread counts, so a step with few candidates is not padded to the widest.
+            None picks by device: up to 5 on a CPU, where every padded column costs; 1 on an accelerator, where one
+            CUDA graph of the widest forward costs little more than a narrower one and each graph is a capture.
     """
 
     block_size: int = 16
@@ -71,6 +75,7 @@ class JacobiConfig:
     draft_seed: int = 0
     cache_implementation: str = "dynamic"
     compile: str = "auto"
+    static_widths: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("block_size", self.block_size, minimum=1)
@@ -98,11 +103,13 @@ class JacobiConfig:
             )
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"jacobi_compile must be one of {list(COMPILE_MODES)}, got {self.compile!r}.")
-        if self.compile == "always" and self.cache_implementation != "static":
-            raise ValueError(
-                "jacobi_compile='always' compiles the static path's verify forward: it needs "
-                f"jacobi_cache_implementation='static' (or cache_implementation='static'), got {self.cache_implementation!r}."
-            )
+        if self.static_widths is not None:
+            _check_int("static_widths", self.static_widths, minimum=1)
+        if self.cache_implementation != "static":
+            if self.compile == "always":
+                _needs_static("jacobi_compile='always' compiles the static path's verify forward", self)
+            if self.static_widths is not None:
+                _needs_static(f"jacobi_static_widths={self.static_widths} sets the static path's forward widths", self)
 
     @property
     def candidates_per_step(self) -> int:
@@ -153,7 +160,7 @@ class JacobiConfig:
         A setting that only means something beside another one goes when a later layer turns that one off: a verify
         size that belongs to an earlier layer's pool is dropped when a later layer sets `ngram_pool_size=0` (a
         checkpoint tuned to recycling must still decode plain Jacobi when a call asks for no pool), and an earlier
-        layer's `compile` is dropped when a later one chooses the dynamic cache.
+        layer's `compile` and `static_widths` are dropped when a later one chooses the dynamic cache.
         """
         values: dict[str, Any] = {}
         set_by: dict[str, int] = {}
@@ -162,11 +169,12 @@ class JacobiConfig:
             set_by.update(dict.fromkeys(layer, index))
         if values.get("ngram_pool_size") == 0 and set_by.get("verify_size", -1) < set_by["ngram_pool_size"]:
             values.pop("verify_size", None)
-        if (
-            values.get("cache_implementation") == "dynamic"
-            and set_by.get("compile", -1) < set_by["cache_implementation"]
-        ):
-            values.pop("compile", None)
+        for name in ("compile", "static_widths"):
+            if (
+                values.get("cache_implementation") == "dynamic"
+                and set_by.get(name, -1) < set_by["cache_implementation"]
+            ):
+                values.pop(name, None)
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"Unknown Jacobi setting(s) {unknown}; accepted settings are {sorted(cls().to_dict())}.")
@@ -214,17 +222,22 @@ class JacobiConfig:
             if self.ngram_size is not None:
                 parts.append(f"{self.ngram_size}-token candidates")
         if self.cache_implementation == "static":
-            parts.append(
-                {"auto": "static cache", "always": "compiled static cache", "never": "eager static cache"}[
-                    self.compile
-                ]
-            )
+            cache = {"auto": "static cache", "always": "compiled static cache", "never": "eager static cache"}
+            widths = self.static_widths
+            parts.append(cache[self.compile] + (f" in {widths} width{'s' * (widths > 1)}" if widths else ""))
         return ", ".join(parts)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{JACOBI_PREFIX}{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def _needs_static(what: str, config: JacobiConfig) -> None:
+    raise ValueError(
+        f"{what}: it needs jacobi_cache_implementation='static' (or cache_implementation='static'), "
+        f"got {config.cache_implementation!r}."
+    )
 
 
 def validate_decoding(value: Any) -> str:
@@ -234,65 +247,3 @@ def validate_decoding(value: Any) -> str:
     if value not in DECODING_MODES:
         raise ValueError(f"decoding must be one of {list(DECODING_MODES)} (or None), got {value!r}.")
     return value
-
-
-def split_jacobi_kwargs(kwargs: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """Removes `decoding` and `jacobi_*` keys from generate() kwargs (in place) and returns them.
-
-    Unknown `jacobi_*` names are rejected here: stock generate would otherwise report them as unused model kwargs,
-    which hides the typo behind a less helpful message.
-    """
-    decoding = kwargs.pop("decoding", None)
-    known = set(JacobiConfig.setting_names())
-    settings: dict[str, Any] = {}
-    for key in [k for k in kwargs if k.startswith(JACOBI_PREFIX)]:
-        if key not in known:
-            raise ValueError(f"Unknown Jacobi setting {key!r}; accepted settings are {sorted(known)}.")
-        settings[key[len(JACOBI_PREFIX) :]] = kwargs.pop(key)
-    return decoding, settings
-
-
-def resolve_jacobi_config(
-    generation_config: GenerationConfig | None,
-    model_generation_config: GenerationConfig | None,
-    overrides: dict[str, Any],
-    call_cache_implementation: str | None = None,
-) -> JacobiConfig:
-    """Builds a JacobiConfig: call kwargs win over the passed generation_config, which wins over the model's.
-
-    Each source's own `cache_implementation` (generate's setting; for the call, its `cache_implementation=` kwarg)
-    stands for `jacobi_cache_implementation` where that source does not set the latter, so that
-    `generate(decoding="jacobi", cache_implementation="static")` runs the static path. Values the Jacobi loop cannot
-    run on are left to it to refuse, with generate's own name for them.
-    """
-
-    def layer(settings: dict[str, Any], generic: str | None) -> dict[str, Any]:
-        settings = {k: v for k, v in settings.items() if v is not None}
-        if "cache_implementation" not in settings and generic in CACHE_IMPLEMENTATIONS:
-            settings["cache_implementation"] = generic
-        return settings
-
-    return JacobiConfig.from_layers(
-        [
-            layer(JacobiConfig.settings_in(config), getattr(config, "cache_implementation", None))
-            for config in (model_generation_config, generation_config)
-        ]
-        + [layer(overrides, call_cache_implementation)]
-    )
-
-
-def resolve_decoding(
-    call_value: str | None,
-    generation_config: GenerationConfig | None,
-    model_generation_config: GenerationConfig | None,
-    default: str = "greedy",
-) -> str:
-    """The decoding mode of one call: the kwarg, else the passed generation_config, else the model's, else `default`."""
-    for value in (
-        call_value,
-        getattr(generation_config, "decoding", None),
-        getattr(model_generation_config, "decoding", None),
-    ):
-        if value is not None:
-            return validate_decoding(value)
-    return default

@@ -17,7 +17,7 @@ from typing import Any
 from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from .config import resolve_decoding, resolve_jacobi_config, split_jacobi_kwargs
+from .call_settings import resolve_decoding, resolve_jacobi_config, split_jacobi_kwargs
 from .loop import JacobiRuntime, jacobi_decode
 
 _ENABLED_FLAG = "_hf_jacobi_original_generate"

@@ -10,8 +10,8 @@ proposers what happened (the chain's Jacobi update, the pool's harvest). Rows co
 `KVSlots` keeps the shared cache consistent with per-row holes.
 
 With `cache_implementation="static"` the same loop runs on a preallocated cache (`static_cache.StaticKVSlots`): every
-forward of the call has the same width and batch (finished rows stay as padding), so the verify forward can be
-compiled, as transformers' generate compiles its decoding forward on a static cache.
+forward of the call has one of a few fixed widths and the same batch (finished rows stay as padding), so the verify
+forward can be compiled, as transformers' generate compiles its decoding forward on a static cache.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from transformers.generation.streamers import BaseStreamer
 from .acceptance import AcceptanceRule, Verdict, acceptance_rule
 from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
 from .chain import DraftChain
-from .checks import check_generation_config, check_memory, widest_forward
+from .checks import check_generation_config, check_memory, forward_widths
 from .config import JacobiConfig
 from .drafts import PromptDrafter
 from .masks import AttentionLayout
@@ -37,7 +37,7 @@ from .outputs import JacobiDecoderOnlyOutput
 from .proposers import Proposer, StepOutcome
 from .recycling import RecyclingProposer
 from .rows import CommittedText, RowState
-from .static_cache import StaticKVSlots, to_static, verify_forward
+from .static_cache import StaticKVSlots, static_width_count, to_static, verify_forward
 from .step_layout import StepLayout
 from .stopping import RowStopper
 from .streaming import ColumnStreamer
@@ -140,8 +140,8 @@ def _verify_setup(model, config: JacobiConfig, generation_config, cache, slots, 
     or, on the static path, the same KV moved into a preallocated cache and the (possibly compiled) call over it."""
     call = model
     if config.cache_implementation == "static":
-        width = sum(widest_forward(config, prompt_width, capacity))
-        cache, slots = to_static(model, cache, slots, width, capacity, generation_config)
+        widths = forward_widths(config, prompt_width, capacity, static_width_count(config, model.device))
+        cache, slots = to_static(model, cache, slots, widths, capacity, generation_config)
         call = verify_forward(model, config, generation_config, cache)
     # logits at every column
     forward = VerifyForward(call, model.dtype, {"logits_to_keep": 0} if model._supports_logits_to_keep() else {})
@@ -179,7 +179,7 @@ def _step(
         proposals[local] = row.propose(committed.capacity - len(row.generated))
         if recorder is not None:
             recorder.record(row.index, len(row.generated) - 1, [row.text[-1], *proposals[local][0]])
-    layout = StepLayout(roots, proposals, pad_id, committed.sequences.device, width=slots.step_width)
+    layout = StepLayout(roots, proposals, pad_id, committed.sequences.device, widths=slots.step_widths)
     start = [row.position if row is not None else 0 for row in running]
     query_positions = torch.tensor(start, device=layout.tokens.device)[:, None] + layout.levels
     logits = forward.call(

@@ -5,9 +5,10 @@ holds one transformers `StaticLayer` per decoder layer: keys and values are allo
 forward writes its W columns at the layer's `cumulative_length` (a 0-d tensor changed in place). `StaticKVSlots` is
 `KVSlots` for that cache, behind the same methods:
 
-- every forward of a call has the same width W (the widest forward the setting can make, `checks.widest_forward`)
-  and the same batch: finished rows stay in the cache as padding that is never kept, so the verify forward always
-  sees inputs of one shape ([B, W] tokens and positions, a [B, 1, W, M] additive mask) and compiles once;
+- every forward of a call is padded to one of a few fixed widths W (`checks.forward_widths`: the chain plus a spread
+  of candidate counts, the widest forward the setting can make last) and has the same batch: finished rows stay in
+  the cache as padding that is never kept, so the verify forward sees inputs of a few shapes ([B, W] tokens and
+  positions, a [B, 1, W, M] additive mask) and compiles once per width;
 - the commit reorders the kept columns to the front of the W slots just written, in place (a gather copied back into
   the same storage), and moves `cumulative_length` back by the columns no row keeps; validity and positions are
   preallocated [B, M] tensors updated in place; nothing is reallocated and nothing is read back to the host but the
@@ -42,6 +43,11 @@ CACHE_ATTRIBUTE = "_hf_jacobi_static_cache"
 transformers' generate keeps its own static cache): a compiled forward on a GPU replays a CUDA graph recorded for the
 cache tensors' addresses, so fresh tensors on every call would make it record again."""
 
+CPU_WIDTHS = 5
+"""Forward widths the static path uses on a CPU unless `static_widths` says: there a forward costs about its columns, so
+padding every step to the widest (an n-gram pool often returns fewer candidates than it may) costs more than the few
+compiled graphs; on an accelerator one width is the default (`static_width_count`)."""
+
 LENGTH_ATTRIBUTE = "_hf_jacobi_static_cache_length"
 """Set on the model: the longest static cache a Jacobi call has used, reused by later calls (as transformers' generate
 keeps `_previous_max_cache_length`), so that a shorter prompt does not compile a new graph."""
@@ -66,7 +72,7 @@ class StaticKVSlots:
         positions: LongTensor [B, M]; the position id each slot was computed with (meaningless where invalid).
         length: the slots in use (the layers' `cumulative_length`, mirrored on the host).
         counts: per row, its valid slots (on the host, so that compaction needs no device read).
-        step_width: W, the columns of every forward.
+        step_widths: the widths forwards are padded to, ascending.
     """
 
     def __init__(
@@ -75,7 +81,7 @@ class StaticKVSlots:
         valid: torch.Tensor,
         positions: torch.Tensor,
         layout: AttentionLayout,
-        width: int,
+        widths: tuple[int, ...],
     ) -> None:
         batch, prompt_len = valid.shape
         self.capacity = cache.layers[0].max_cache_len
@@ -87,8 +93,8 @@ class StaticKVSlots:
         self.length = prompt_len
         self.counts = valid.sum(dim=1).tolist()
         self.layout = layout
-        self.step_width = width
-        self._columns = torch.arange(width, device=device)
+        self.step_widths = widths
+        self._columns = torch.arange(widths[-1], device=device)
 
     def attention_mask(
         self, visible: torch.Tensor, query_positions: torch.Tensor, dtype: torch.dtype
@@ -124,7 +130,7 @@ class StaticKVSlots:
             torch._foreach_copy_(written, gather_slots(written, index))
             query_positions = torch.gather(query_positions, 1, index)
         counts = torch.tensor(keep, dtype=torch.long, device=device)
-        self.valid[:, start:end] = self._columns[None, :] < counts[:, None]
+        self.valid[:, start:end] = self._columns[None, :width] < counts[:, None]
         self.positions[:, start:end] = query_positions
         kept = max(keep)
         if kept < width:
@@ -145,7 +151,7 @@ class StaticKVSlots:
         out of room. The cache holds prompt + budget + W slots, and a running row has fewer than prompt + budget valid
         slots, so after compaction the next forward always fits.
         """
-        if self.length + self.step_width <= self.capacity:
+        if self.length + self.step_widths[-1] <= self.capacity:
             return False
         self.compact(cache)
         return True
@@ -176,18 +182,25 @@ def static_cache_length(model, prompt_len: int, capacity: int, width: int, gener
     return length
 
 
+def static_width_count(config: JacobiConfig, device: torch.device) -> int:
+    """How many forward widths a static call uses: the setting's own, else `CPU_WIDTHS` on a CPU and 1 elsewhere."""
+    if config.static_widths is not None:
+        return config.static_widths
+    return CPU_WIDTHS if device.type == "cpu" else 1
+
+
 def to_static(
     model,
     prefilled: DynamicCache,
     slots,
-    width: int,
+    widths: tuple[int, ...],
     capacity: int,
     generation_config: GenerationConfig,
 ) -> tuple[JacobiStaticCache, StaticKVSlots]:
     """The static cache and its slots for a call, holding the prompt's keys and values from the (eager, dynamic)
     prefill; `slots` is the prefill's `KVSlots`."""
     prompt_len = slots.length
-    length = static_cache_length(model, prompt_len, capacity, width, generation_config)
+    length = static_cache_length(model, prompt_len, capacity, widths[-1], generation_config)
     cache = _reusable_cache(model, prefilled, length)
     layer = cache.layers[0]
     if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor) or not hasattr(layer, "crop"):
@@ -200,7 +213,7 @@ def to_static(
         )
     for static, layer in zip(cache.layers, prefilled.layers, strict=True):
         static.update(layer.keys, layer.values)  # allocates [B, H, M, D] and writes the prompt at [0, P)
-    return cache, StaticKVSlots(cache, slots.valid, slots.positions, slots.layout, width)
+    return cache, StaticKVSlots(cache, slots.valid, slots.positions, slots.layout, widths)
 
 
 def _reusable_cache(model, prefilled: DynamicCache, length: int) -> JacobiStaticCache:

@@ -5,7 +5,7 @@ causally. Each candidate n-gram is a branch: its tokens sit at the positions rig
 column 0 and their own earlier tokens, and nothing of the chain or of other branches. So every branch is verified
 against the same committed prefix without copying the cache, and all of it costs one forward. Rows with fewer
 columns are padded with columns that see only themselves and are never kept; on a static cache every forward of a
-call is padded to the same width, and finished rows that stay in the batch are padding only.
+call is padded to one of a few fixed widths, and finished rows that stay in the batch are padding only.
 """
 
 from __future__ import annotations
@@ -49,14 +49,14 @@ class StepLayout:
         proposals: list[list[list[int]]],
         pad_id: int,
         device,
-        width: int | None = None,
+        widths: tuple[int, ...] | None = None,
     ) -> None:
         """Lays out one forward: per row, its root (last committed token) in column 0, then each proposed branch.
 
         The first branch of a row (its draft chain) continues column 0 causally; each later branch gets its own
         columns after it. Either way a branch sees column 0 and its own earlier tokens only. A row whose root is None
-        (a finished row that a fixed-batch cache keeps) is all padding and has no branch. `width` pads every forward
-        of a call to the same number of columns (the static cache's fixed shape); by default the widest row sets it.
+        (a finished row that a fixed-batch cache keeps) is all padding and has no branch. `widths` (ascending) pads the
+        forward to the narrowest of them that fits (the static cache's fixed shapes); by default the widest row sets it.
         """
         self.branches: list[list[Branch]] = []
         self.columns_used: list[int] = []
@@ -83,10 +83,9 @@ class StepLayout:
             branch_rows.append(branch_ids)
             level_rows.append(levels)
         used = max(max(self.columns_used), 1)
+        width = used if widths is None else next((width for width in widths if width >= used), None)
         if width is None:
-            width = used
-        elif used > width:
-            raise ValueError(f"a row needs {used} columns but the forward's fixed width is {width}")
+            raise ValueError(f"a row needs {used} columns but the forward's fixed widths are {list(widths)}")
         self.tokens = _padded(token_rows, width, pad_id, device)
         self.levels = _padded(level_rows, width, 0, device)
         branch_ids = _padded(branch_rows, width, -1, device)
