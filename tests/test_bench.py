@@ -296,16 +296,25 @@ def test_the_compiled_path_twins_each_jacobi_setting_on_a_static_compiled_cache(
     assert all(s.common_prefix == s.new_tokens for s in run.samples)
 
 
-def test_static_widths_time_the_compiled_path_once_per_width_count():
-    """`--static-widths 1 3`: each compiled Jacobi setting once per count (named by it), the eager path once."""
+def test_static_widths_time_the_static_paths_once_per_width_count(gemma):
+    """`--jacobi-paths eager static compiled --static-widths 1 3`: the eager path once, the static cache (forward not
+    compiled) and the compiled path once per count, each named by it; all exact, with the eager path's forwards."""
     settings = bench_settings(
-        [4], ["both"], compiled_baseline=False, paths=["eager", "compiled"], static_widths=[1, 3]
+        [4], ["both"], compiled_baseline=False, paths=["eager", "static", "compiled"], static_widths=[1, 3]
     )
-    assert [s.name for s in settings[1:]] == [
-        "Jacobi both n=4",
-        "Jacobi both n=4 (compiled static cache in 1 width)",
-        "Jacobi both n=4 (compiled static cache in 3 widths)",
+    assert [(s.name, s.path) for s in settings[1:]] == [
+        ("Jacobi both n=4", "eager"),
+        ("Jacobi both n=4 (eager static cache in 1 width)", "static"),
+        ("Jacobi both n=4 (eager static cache in 3 widths)", "static"),
+        ("Jacobi both n=4 (compiled static cache in 1 width)", "compiled"),
+        ("Jacobi both n=4 (compiled static cache in 3 widths)", "compiled"),
     ]
-    assert [s.config.static_widths for s in settings[1:]] == [None, 1, 3]
+    assert [s.config.static_widths for s in settings[1:]] == [None, 1, 3, 1, 3]
+    assert [s.compiled for s in settings[1:]] == [False, False, False, True, True]
     assert settings[3].generate_kwargs(torch.device("cpu"))["jacobi_static_widths"] == 3
     assert path_variants(["eager", "compiled"], [1, 3]) == [("eager", None), ("compiled", 1), ("compiled", 3)]
+    run = run_bench(gemma, tiny_tokenizer(), word_task(2), settings[:4], max_new_tokens=12, progress=False)
+    rows = report.summarize(run)
+    assert [r["path"] for r in rows] == ["eager", "eager", "static", "static"]
+    assert len({r["forwards"] for r in rows[1:]}) == 1 and all(r["identical"] == 2 for r in rows)
+    assert "(eager static cache) = " in report.notes(run, rows, 1, 12)

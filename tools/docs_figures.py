@@ -970,7 +970,8 @@ def bench_md_retune_heldout(page: Page) -> str:
 
 @block("bench-md-paths-heldout")
 def bench_md_paths_heldout(page: Page) -> str:
-    """The shipped default eager and on the compiled static cache in one width and in five (recipe `paths-heldout`)."""
+    """The shipped default eager and on the static cache, not compiled and compiled, in one width and in five (recipe
+    `paths-heldout`)."""
     return _bench_paths(page, PATHS_HELDOUT)
 
 

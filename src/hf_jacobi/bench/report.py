@@ -21,7 +21,7 @@ from ..atomic import write_text
 from ..figures import save_figure
 from ..hub.results import markdown_table
 from .runner import BenchRun
-from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI
+from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC
 
 __all__ = [
     "fmt",
@@ -72,7 +72,7 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
                 "kind": setting.kind,
                 "block_size": setting.block_size,
                 "variant": setting.variant,
-                "path": COMPILED if setting.kind == JACOBI and setting.compiled else EAGER,
+                "path": setting.path,
                 "samples": len(samples),
                 "score": sum(bool(s.correct) for s in scored) / len(scored) if scored else None,
                 "new_tokens": tokens,
@@ -154,6 +154,11 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
             f"(transformers' default CompileConfig, mode {AR_COMPILE_MODE!r}), each forward padded to the narrowest of "
             "a few fixed widths that fits (jacobi_static_widths: 5 on a CPU and 1 on an accelerator unless the name "
             "says); the warm-up builds its graphs untimed."
+        )
+    if any(r.get("path") == STATIC for r in rows):
+        lines.append(
+            "(eager static cache) = the same Jacobi setting on the static cache, padded as the compiled path is, with "
+            "its verify forward not compiled: what the compiled path costs without compilation."
         )
     if any(setting.kind == AR_COMPILED for setting in run.settings):
         lines.append(

@@ -24,11 +24,13 @@ AR_COMPILE_MODE = "reduce-overhead"
 CUDA replays the decoding step as a CUDA graph (mode "default" does not), i.e. the strongest greedy a user gets from
 `generate`. Recorded in bench.json and the notes, since figures against another mode do not compare."""
 EAGER = "eager"
+STATIC = "static"
 COMPILED = "compiled"
-JACOBI_PATHS = (EAGER, COMPILED)
-"""How a Jacobi setting runs its verify forwards: eagerly on the dynamic cache (the default path), or on the static
-cache with the forward compiled on any device (`JacobiConfig` cache "static", compile "always": transformers'
-default `CompileConfig`, mode "reduce-overhead", i.e. a CUDA graph on a GPU), so that both compiled paths compare."""
+JACOBI_PATHS = (EAGER, STATIC, COMPILED)
+"""How a Jacobi setting runs its verify forwards: eagerly on the dynamic cache (the default path), eagerly on the
+static cache (what the compiled path costs without its compilation), or on the static cache with the forward compiled
+on any device (`JacobiConfig` cache "static", compile "always": transformers' default `CompileConfig`, mode
+"reduce-overhead", i.e. a CUDA graph on a GPU), so that both compiled paths compare."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,13 @@ class Setting:
         config = _on_path(variant_config(variant, block_size), path, static_widths)
         suffix = "" if path == EAGER else f" ({config.describe().split(', ')[-1]})"
         return cls(f"Jacobi {variant} n={block_size}{suffix}", JACOBI, block_size, variant, config)
+
+    @property
+    def path(self) -> str:
+        """Which of `JACOBI_PATHS` a Jacobi setting runs on (EAGER for the greedy baselines)."""
+        if self.config is None or self.config.cache_implementation != "static":
+            return EAGER
+        return COMPILED if self.config.compile == "always" else STATIC
 
     @property
     def compiled(self) -> bool:
@@ -90,6 +99,8 @@ def compiled_path(config: JacobiConfig, static_widths: int | None = None) -> Jac
 def _on_path(config: JacobiConfig, path: str, static_widths: int | None = None) -> JacobiConfig:
     if path not in JACOBI_PATHS:
         raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
+    if path == STATIC:
+        return config.replace(cache_implementation="static", compile="never", static_widths=static_widths)
     return config if path == EAGER else compiled_path(config, static_widths)
 
 
@@ -118,5 +129,6 @@ def bench_settings(
 def path_variants(
     paths: tuple[str, ...] | list[str], static_widths: tuple[int | None, ...] | list[int | None] = (None,)
 ) -> list[tuple[str, int | None]]:
-    """(path, static widths) of every way a Jacobi setting is timed: eager once, compiled once per width count."""
+    """(path, static widths) of every way a Jacobi setting is timed: eager once, the static paths once per width
+    count."""
     return [(path, widths) for path in paths for widths in ((None,) if path == EAGER else static_widths)]

@@ -163,15 +163,16 @@ def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
         nargs="+",
         choices=list(JACOBI_PATHS),
         default=[EAGER],
-        help="how each Jacobi setting runs: eager (dynamic cache, the default path) and/or compiled (static cache, "
-        "verify forward compiled with transformers' default CompileConfig: CUDA graphs on a GPU); default eager",
+        help="how each Jacobi setting runs: eager (dynamic cache, the default path), static (static cache, forward not "
+        "compiled) and/or compiled (static cache, verify forward compiled with transformers' default CompileConfig: "
+        "CUDA graphs on a GPU); default eager",
     )
     bench.add_argument(
         "--static-widths",
         nargs="+",
         type=positive_int,
         default=None,
-        help="the compiled path's forward widths (jacobi_static_widths), one timed setting per count given, e.g. "
+        help="the static and compiled paths' forward widths (jacobi_static_widths), one timed setting per count, e.g. "
         "1 5 to time one width against five; default: the device's choice (5 on a CPU, 1 on an accelerator)",
     )
     bench.add_argument(
