@@ -46,15 +46,15 @@ class Setting:
     @classmethod
     def model_defaults(cls, generation_config, path: str = EAGER, static_widths: int | None = None) -> Setting:
         """The Jacobi settings `generate(decoding="jacobi")` uses for this model with no other argument: what a user
-        of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time; on the compiled
-        path, the same settings with the static cache and a compiled forward (padded to `static_widths` widths, else
-        the device's default)."""
+        of a tuned or shipped checkpoint gets, and so the setting a speed claim about it must time; on a static path,
+        the same settings on the static cache, its forward compiled or not (padded to `static_widths` widths, else the
+        device's default)."""
         config = _on_path(JacobiConfig.from_generation_config(generation_config), path, static_widths)
         return cls(f"Jacobi default ({config.describe()})", JACOBI, config.block_size, DEFAULT_VARIANT, config)
 
     @classmethod
     def jacobi(cls, variant: str, block_size: int, path: str = EAGER, static_widths: int | None = None) -> Setting:
-        """One benchmarked variant at one block size, on the eager or the compiled path."""
+        """One benchmarked variant at one block size, on one of `JACOBI_PATHS`."""
         config = _on_path(variant_config(variant, block_size), path, static_widths)
         suffix = "" if path == EAGER else f" ({config.describe().split(', ')[-1]})"
         return cls(f"Jacobi {variant} n={block_size}{suffix}", JACOBI, block_size, variant, config)
@@ -112,7 +112,7 @@ def bench_settings(
     static_widths: tuple[int | None, ...] | list[int | None] = (None,),
 ) -> list[Setting]:
     """Plain AR first (the reference every other setting is checked against), then the compiled AR, then Jacobi on
-    each of `paths` (eager, compiled: once per entry of `static_widths`)."""
+    each of `paths` (eager once; static and compiled once per entry of `static_widths`)."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown Jacobi variants {unknown}; accepted: {list(VARIANTS)}")
