@@ -56,7 +56,7 @@ class Setting:
     def jacobi(cls, variant: str, block_size: int, path: str = EAGER, static_widths: int | None = None) -> Setting:
         """One benchmarked variant at one block size, on one of `JACOBI_PATHS`."""
         config = _on_path(variant_config(variant, block_size), path, static_widths)
-        suffix = "" if path == EAGER else f" ({config.describe().split(', ')[-1]})"
+        suffix = "" if path == EAGER else f" ({config.describe_cache()})"
         return cls(f"Jacobi {variant} n={block_size}{suffix}", JACOBI, block_size, variant, config)
 
     @property
@@ -93,15 +93,16 @@ def compiled_path(config: JacobiConfig, static_widths: int | None = None) -> Jac
     """`config` on the compiled path: the static cache with the verify forward compiled on any device, padded to
     `static_widths` widths (None: the device's default). Its tokens and forwards are the eager path's; only its timing
     differs (bench and tune both time it as a twin)."""
-    return config.replace(cache_implementation="static", compile="always", static_widths=static_widths)
+    return _on_path(config, COMPILED, static_widths)
 
 
 def _on_path(config: JacobiConfig, path: str, static_widths: int | None = None) -> JacobiConfig:
     if path not in JACOBI_PATHS:
         raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
-    if path == STATIC:
-        return config.replace(cache_implementation="static", compile="never", static_widths=static_widths)
-    return config if path == EAGER else compiled_path(config, static_widths)
+    if path == EAGER:
+        return config
+    compile_mode = "always" if path == COMPILED else "never"
+    return config.replace(cache_implementation="static", compile=compile_mode, static_widths=static_widths)
 
 
 def bench_settings(

@@ -222,10 +222,16 @@ class JacobiConfig:
             if self.ngram_size is not None:
                 parts.append(f"{self.ngram_size}-token candidates")
         if self.cache_implementation == "static":
-            cache = {"auto": "static cache", "always": "compiled static cache", "never": "eager static cache"}
-            widths = self.static_widths
-            parts.append(cache[self.compile] + (f" in {widths} width{'s' * (widths > 1)}" if widths else ""))
+            parts.append(self.describe_cache())
         return ", ".join(parts)
+
+    def describe_cache(self) -> str:
+        """The cache part of `describe`, e.g. "compiled static cache in 5 widths" (bench names its paths with it)."""
+        if self.cache_implementation != "static":
+            return "dynamic cache"
+        names = {"auto": "static cache", "always": "compiled static cache", "never": "eager static cache"}
+        widths = self.static_widths
+        return names[self.compile] + (f" in {widths} width{'s' * (widths > 1)}" if widths else "")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
