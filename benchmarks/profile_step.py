@@ -30,6 +30,7 @@ import argparse
 import cProfile
 import pstats
 import time
+from collections import Counter
 
 import torch
 
@@ -66,16 +67,18 @@ COMPILED = "Torch-Compiled Region"
 """The profiler's event around a call of the compiled forward: every op under it is the verify forward's."""
 
 
-def outside_ops(events) -> int:
-    """Top-level aten ops (no aten op or compiled region above them) in a profiler's events: the loop's own ops."""
-    count = 0
+def outside_ops(events) -> Counter:
+    """Top-level aten ops (no aten op or compiled region above them) in a profiler's events, by name: the loop's own
+    ops."""
+    count: Counter = Counter()
     for event in events:
         if not event.name.startswith("aten::"):
             continue
         parent = event.cpu_parent
         while parent is not None and not parent.name.startswith("aten::") and not parent.name.startswith(COMPILED):
             parent = parent.cpu_parent
-        count += parent is None
+        if parent is None:
+            count[event.name] += 1
     return count
 
 
@@ -113,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ops:
         with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             model.generate(**inputs, **kwargs)
-        print(f"aten ops outside the compiled forward: {outside_ops(prof.events()) / steps:.1f} per step")
+        ops = outside_ops(prof.events())
+        common = ", ".join(f"{name.removeprefix('aten::')} {count / steps:.1f}" for name, count in ops.most_common(8))
+        print(f"aten ops outside the compiled forward: {ops.total() / steps:.1f} per step ({common})")
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[: args.top]
     for (file, line, name), (_, calls, own, _cumulative, _) in rows:
         print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache
@@ -11,7 +12,7 @@ from hf_jacobi import enable_jacobi
 from hf_jacobi.decoding.acceptance import greedy_verdict
 from hf_jacobi.decoding.cache import KVSlots
 from hf_jacobi.decoding.chain import DraftChain
-from hf_jacobi.decoding.masks import AttentionLayout
+from hf_jacobi.decoding.masks import AttentionLayout, host_layer_masks, layer_masks
 from hf_jacobi.decoding.recycling import NgramPool
 from hf_jacobi.decoding.step_layout import Branch, StepLayout
 from tiny_models import EAGER_ONLY, FAMILIES, random_prompts, tiny_model
@@ -93,7 +94,7 @@ def test_branches_see_column_zero_and_their_own_past_only():
         ],
         dtype=torch.bool,
     )
-    assert torch.equal(layout.visible[0], expected)
+    assert torch.equal(torch.from_numpy(layout.visible[0]), expected)
     assert layout.drafts_before(0, 2) == [6, 7]
     assert layout.drafts_before(0, 4) == [8, 9]
 
@@ -104,6 +105,40 @@ def test_short_rows_are_padded_with_columns_that_see_only_themselves():
     assert layout.tokens[1].tolist() == [4, 3, 0]
     assert layout.visible[1].tolist() == [[True, False, False], [True, True, False], [False, False, True]]
     assert layout.drafts_before(1, 2) is None
+
+
+def test_a_layout_reaches_the_device_as_positions_from_each_rows_start():
+    layout = StepLayout([5, None, 4], [[[6, 7], [8]], [], [[3]]], pad_id=0, device="cpu", starts=[10, 0, 3])
+    assert layout.tokens.tolist() == [[5, 6, 7, 8], [0, 0, 0, 0], [4, 3, 0, 0]]
+    assert layout.positions.tolist() == [[10, 11, 12, 11], [0, 0, 0, 0], [3, 4, 3, 3]]
+    assert layout.host_positions.tolist() == layout.positions.tolist()
+    assert layout.levels.tolist() == [[0, 1, 2, 1], [0, 0, 0, 0], [0, 1, 0, 0]]
+    assert layout.visible[1].tolist() == np.eye(4, dtype=bool).tolist()  # a finished row: padding only
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "kinds, window",
+    [(("full_attention",), None), (("sliding_attention",), 3), (("full_attention", "sliding_attention"), 2)],
+)
+def test_masks_built_on_the_host_equal_the_ones_built_on_the_device(kinds, window, dtype):
+    """The decoding loop builds its masks from host arrays (`host_layer_masks`), training from tensors (`layer_masks`):
+    the same additive masks, windows applied on positions, for every layer kind."""
+    rng = np.random.default_rng(0)
+    allowed = rng.random((2, 4, 9)) < 0.6
+    query_positions, kv_positions = rng.integers(0, 9, (2, 4)), rng.integers(0, 9, (2, 9))
+    layout = AttentionLayout(kinds, window)
+    host = host_layer_masks(allowed, query_positions, kv_positions, layout, dtype, torch.device("cpu"))
+    tensors = [torch.from_numpy(a) for a in (allowed, query_positions, kv_positions)]
+    device = layer_masks(*tensors, layout, dtype)
+    if len(kinds) == 1:
+        host, device = {kinds[0]: host}, {kinds[0]: device}
+    assert host.keys() == device.keys()
+    for kind in kinds:
+        assert host[kind].dtype == dtype and host[kind].shape == (2, 1, 4, 9)
+        assert torch.equal(host[kind], device[kind]), kind
+    if window:  # the window did mask something the plain mask allows
+        assert not torch.equal(host["sliding_attention"] == 0, torch.from_numpy(allowed).unsqueeze(1))
 
 
 def test_greedy_verdict_follows_the_branch_that_matches_longest():
@@ -125,9 +160,11 @@ def test_commit_columns_moves_the_winning_columns_to_the_front():
     slots = KVSlots(
         torch.ones(2, 2, dtype=torch.bool), torch.tensor([[0, 1], [0, 1]]), AttentionLayout(("full_attention",), None)
     )
-    positions = torch.tensor([[2, 3, 4, 3], [2, 3, 4, 3]])
+    # Each row: its root, a chain of 2 drafts and a branch of 1, at positions 2, 3, 4 and 3.
+    layout = StepLayout([1, 1], [[[2, 3], [4]], [[2, 3], [4]]], pad_id=0, device="cpu", starts=[2, 2])
+    assert layout.positions.tolist() == [[2, 3, 4, 3], [2, 3, 4, 3]]
     # Row 0 kept column 0 and the branch column 3; row 1 kept columns 0-2 of its chain.
-    slots.commit_columns(cache, [[0, 3, 1, 2], [0, 1, 2, 3]], [2, 3], positions)
+    slots.commit_columns(cache, [[0, 3, 1, 2], [0, 1, 2, 3]], [2, 3], layout)
     layer = cache.layers[0]
     assert layer.keys.shape[2] == 5  # the last column was kept by no row and is cropped
     assert layer.keys[0, 0, 2:4, 0].tolist() == [2.0, 5.0]

@@ -9,7 +9,7 @@ import torch
 from transformers import CompileConfig, GenerationConfig, StaticCache
 
 from hf_jacobi import JacobiConfig, enable_jacobi
-from hf_jacobi.decoding import loop, static_cache
+from hf_jacobi.decoding import loop, static_cache, static_layers
 from hf_jacobi.decoding.call_settings import resolve_jacobi_config
 from hf_jacobi.decoding.static_cache import LENGTH_ATTRIBUTE, StaticKVSlots
 from hf_jacobi.decoding.step_layout import StepLayout
@@ -86,9 +86,9 @@ def spy(monkeypatch):
     seen: dict = {"shapes": [], "caches": [], "compactions": 0}
     mask_builder, to_static, compact = StaticKVSlots.attention_mask, loop.to_static, StaticKVSlots.compact
 
-    def attention_mask(self, visible, query_positions, dtype):
-        mask = mask_builder(self, visible, query_positions, dtype)
-        seen["shapes"].append((tuple(query_positions.shape), tuple(mask.shape), self.length))
+    def attention_mask(self, layout, dtype):
+        mask = mask_builder(self, layout, dtype)
+        seen["shapes"].append((tuple(layout.positions.shape), tuple(mask.shape), self.length))
         return mask
 
     def recording_to_static(*args, **kwargs):
@@ -379,4 +379,35 @@ def test_the_compiled_forward_compiles_once_per_width(static_widths):
         assert graphs == [1, 1, 1], graphs
     else:
         assert 1 < graphs[-1] <= 4, graphs  # 4 widths: the chain of 6, then 1, 2 or 3 candidates of 2 tokens
+    torch._dynamo.reset()
+
+
+def test_a_compiled_forward_moves_the_winning_branch_inside_itself(monkeypatch):
+    """On the compiled path a winning branch's keys and values are moved inside the next forward (each layer applies
+    the cache's `SlotMoves` plan before writing), not at the commit; an eager call on the same, reused cache moves them
+    at the commit again, and a compiled one after it defers again. Every output stays greedy's."""
+    records = []
+    record = static_layers.SlotMoves.record
+    monkeypatch.setattr(static_layers.SlotMoves, "record", lambda self, *a: records.append(a) or record(self, *a))
+    torch._dynamo.reset()
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
+    ids, mask = random_prompts(3, 9, seed=5)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 30}
+    greedy = model.generate(ids, **kwargs)
+    moved = []
+    for compile_mode in ("always", "never", "always"):
+        records.clear()
+        out = model.generate(
+            ids,
+            **kwargs,
+            decoding="jacobi",
+            **STATIC,
+            **SETTINGS["all"],
+            jacobi_compile=compile_mode,
+            compile_config=compile_config,
+        )
+        assert torch.equal(out, greedy), compile_mode
+        moved.append(len(records))
+    assert moved[0] > 0 and moved[1] == 0 and moved[2] == moved[0], moved
     torch._dynamo.reset()

@@ -13,6 +13,7 @@ import torch
 from transformers import DynamicCache
 
 from .masks import AttentionLayout, layer_masks
+from .step_layout import StepLayout
 
 
 def _cache_argument() -> str:
@@ -51,20 +52,15 @@ class KVSlots:
     def length(self) -> int:
         return self.valid.shape[1]
 
-    def attention_mask(
-        self, visible: torch.Tensor, query_positions: torch.Tensor, dtype: torch.dtype
-    ) -> torch.Tensor | dict[str, torch.Tensor]:
-        """Additive float masks [B, 1, q, S + q] for a forward of q new tokens.
+    def attention_mask(self, layout: StepLayout, dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive float masks [B, 1, q, S + q] for a forward of the q columns of `layout`: the valid slots, then the
+        new columns as `layout.visible` says (each column sees itself, column 0 and its own branch's earlier levels).
 
-        Args:
-            visible: BoolTensor [q, q] or [B, q, q]: which new tokens each new token may see (itself included).
-                Plain Jacobi passes a lower-triangular matrix; branches and extra blocks pass their own structure.
-            query_positions: LongTensor [B, q], position ids of the new tokens.
-            dtype: The model's dtype; eager attention adds the mask to the scores, so it must be additive and in it.
+        `dtype` is the model's: eager attention adds the mask to the scores, so it must be additive and in it.
         """
+        query_positions = layout.positions
         batch, q = query_positions.shape
-        if visible.dim() == 2:
-            visible = visible.unsqueeze(0).expand(batch, q, q)
+        visible = torch.from_numpy(layout.visible).to(query_positions.device)
         past = self.valid.unsqueeze(1).expand(batch, q, self.length)
         allowed = torch.cat([past, visible], dim=2)  # [B, q, S + q]
         kv_positions = torch.cat([self.positions, query_positions], dim=1)  # [B, S + q]
@@ -86,15 +82,14 @@ class KVSlots:
             self.valid = self.valid[:, :last_used]
             self.positions = self.positions[:, :last_used]
 
-    def commit_columns(
-        self, cache: DynamicCache, order: list[list[int]], keep: list[int], query_positions: torch.Tensor
-    ) -> None:
+    def commit_columns(self, cache: DynamicCache, order: list[list[int]], keep: list[int], layout: StepLayout) -> None:
         """Like `commit`, for forwards whose kept columns are not a prefix (a recycled branch won).
 
         The q columns just written are first reordered per row so that the kept ones (`order[row][: keep[row]]`) come
         first, in order; only those q columns are moved, never the older cache, and the columns no row keeps are then
         cropped as usual.
         """
+        query_positions = layout.positions
         width = query_positions.shape[1]
         device = query_positions.device
         if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):

@@ -37,7 +37,7 @@ from .outputs import JacobiDecoderOnlyOutput
 from .proposers import Proposer, StepOutcome
 from .recycling import RecyclingProposer
 from .rows import CommittedText, RowState
-from .static_cache import StaticKVSlots, static_width_count, to_static, verify_forward
+from .static_cache import StaticKVSlots, defer_slot_moves, static_width_count, to_static, verify_forward
 from .step_layout import StepLayout
 from .stopping import RowStopper
 from .streaming import ColumnStreamer
@@ -143,6 +143,8 @@ def _verify_setup(model, config: JacobiConfig, generation_config, cache, slots, 
         widths = forward_widths(config, prompt_width, capacity, static_width_count(config, model.device))
         cache, slots = to_static(model, cache, slots, widths, capacity, generation_config)
         call = verify_forward(model, config, generation_config, cache)
+        if call is not model:
+            defer_slot_moves(cache, slots)
     # logits at every column
     forward = VerifyForward(call, model.dtype, {"logits_to_keep": 0} if model._supports_logits_to_keep() else {})
     return cache, slots, forward
@@ -179,22 +181,23 @@ def _step(
         proposals[local] = row.propose(committed.capacity - len(row.generated))
         if recorder is not None:
             recorder.record(row.index, len(row.generated) - 1, [row.text[-1], *proposals[local][0]])
-    layout = StepLayout(roots, proposals, pad_id, committed.sequences.device, widths=slots.step_widths)
-    start = [row.position if row is not None else 0 for row in running]
-    query_positions = torch.tensor(start, device=layout.tokens.device)[:, None] + layout.levels
+    starts = [row.position if row is not None else 0 for row in running]
+    layout = StepLayout(roots, proposals, pad_id, committed.device, widths=slots.step_widths, starts=starts)
     logits = forward.call(
         input_ids=layout.tokens,
-        attention_mask=slots.attention_mask(layout.visible, query_positions, forward.dtype),
-        position_ids=query_positions,
+        attention_mask=slots.attention_mask(layout, forward.dtype),
+        position_ids=layout.positions,
         use_cache=True,
         **{CACHE_ARGUMENT: cache},
         **forward.kwargs,
     ).logits.float()
-    lengths = [committed.prompt_len + (len(row.generated) if row is not None else 0) for row in running]
-    indices = [row.index if row is not None else local for local, row in enumerate(running)]
-    scores = process_column_scores(
-        logits_processor, committed.sequences, lengths, logits, layout, indices, len(committed.rows)
-    )
+    scores = logits
+    if len(logits_processor):  # the committed text goes to the device only for processors that read it
+        lengths = [committed.prompt_len + (len(row.generated) if row is not None else 0) for row in running]
+        indices = [row.index if row is not None else local for local, row in enumerate(running)]
+        scores = process_column_scores(
+            logits_processor, committed.sequences, lengths, logits, layout, indices, len(committed.rows)
+        )
     predictions = scores.argmax(dim=-1).tolist()
 
     orders, keeps = [list(range(layout.width)) for _ in running], [0] * len(running)
@@ -210,7 +213,7 @@ def _step(
         kept_set = set(kept)
         orders[local] = kept + [c for c in range(layout.width) if c not in kept_set]
         keeps[local] = len(kept)
-    slots.commit_columns(cache, orders, keeps, query_positions)
+    slots.commit_columns(cache, orders, keeps, layout)
     slots.maybe_compact(cache)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 FULL = "full_attention"
@@ -72,5 +73,31 @@ def layer_masks(
             kind_allowed = allowed & (distance < layout.sliding_window)
         additive = torch.zeros(kind_allowed.shape, dtype=dtype, device=kind_allowed.device)
         additive.masked_fill_(~kind_allowed, torch.finfo(dtype).min)
+        masks[kind] = additive.unsqueeze(1)
+    return masks if layout.as_dict else masks[layout.kinds[0]]
+
+
+def host_layer_masks(
+    allowed: np.ndarray,
+    query_positions: np.ndarray,
+    kv_positions: np.ndarray,
+    layout: AttentionLayout,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """`layer_masks` from host arrays: windows applied on the host, then per kind one copy to the device and two ops
+    (fill, masked fill) to make it additive; the decoding loop builds its masks this way so that a step launches a
+    handful of device ops, not one per boolean operation.
+
+    Args:
+        allowed: bool [B, q, kv]. query_positions: int [B, q]. kv_positions: int [B, kv].
+    """
+    masks: dict[str, torch.Tensor] = {}
+    for kind in layout.kinds:
+        kind_allowed = allowed
+        if kind == SLIDING:
+            kind_allowed = allowed & (query_positions[:, :, None] - kv_positions[:, None, :] < layout.sliding_window)
+        seen = torch.from_numpy(np.ascontiguousarray(kind_allowed)).to(device, non_blocking=True)
+        additive = torch.full(seen.shape, torch.finfo(dtype).min, dtype=dtype, device=device).masked_fill_(seen, 0.0)
         masks[kind] = additive.unsqueeze(1)
     return masks if layout.as_dict else masks[layout.kinds[0]]

@@ -33,23 +33,32 @@ class NgramPool:
         self.ngram_size = ngram_size
         self.key_size = key_size
         self.min_size = min(min_size, ngram_size)
-        self._entries: dict[Ngram, list[Ngram]] = {}
+        # per key, its n-grams in the order last seen (a dict as an ordered set: the newest last, the oldest first)
+        self._entries: dict[Ngram, dict[Ngram, None]] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._entries.values())
 
     def add(self, key: Sequence[int], ngram: Sequence[int]) -> None:
-        """Files `ngram` under every suffix of `key` up to key_size tokens long."""
+        """Files `ngram` under every suffix of `key` up to key_size tokens long.
+
+        Every step files a few dozen n-grams per row, on the host, between two forwards, so this is kept to dict
+        operations: no list scans or inserts at the front.
+        """
         ngram = tuple(ngram[: self.ngram_size])
         if len(ngram) < self.min_size or not key:
             return
-        for length in range(1, min(self.key_size, len(key)) + 1):
-            suffix = tuple(key[-length:])
-            bucket = self._entries.setdefault(suffix, [])
-            if ngram in bucket:
-                bucket.remove(ngram)
-            bucket.insert(0, ngram)
-            del bucket[self.capacity :]
+        key = tuple(key[-self.key_size :])
+        for length in range(1, len(key) + 1):
+            suffix = key[-length:]
+            bucket = self._entries.get(suffix)
+            if bucket is None:
+                bucket = self._entries[suffix] = {}
+            else:
+                bucket.pop(ngram, None)
+            bucket[ngram] = None
+            if len(bucket) > self.capacity:
+                del bucket[next(iter(bucket))]
 
     def add_sequence(self, tokens: Sequence[int], first_start: int, last_start: int | None = None) -> None:
         """Adds the n-grams of `tokens` that start at indices first_start..last_start, each keyed on what precedes it.
@@ -69,7 +78,7 @@ class NgramPool:
         exclude = tuple(exclude)
         found: list[Ngram] = []
         for length in range(min(self.key_size, len(context)), 0, -1):
-            for ngram in self._entries.get(tuple(context[-length:]), ()):
+            for ngram in reversed(self._entries.get(tuple(context[-length:]), {})):
                 if ngram in found or exclude[: len(ngram)] == ngram:
                     continue
                 found.append(ngram)

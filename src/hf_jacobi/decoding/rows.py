@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .proposers import Proposer
@@ -63,7 +64,9 @@ class CommittedText:
     """Commits tokens row by row and decides, as greedy would, when a row is done and what the output is.
 
     `sequences` mirrors the committed text on the model's device, so that logits processors and stopping criteria
-    see exactly the prefixes the reference decoding would show them.
+    see exactly the prefixes the reference decoding would show them. The text is written on the host and copied to
+    the device only when something reads `sequences` (a step with logits processors, a criterion beyond EOS and
+    length): a greedy step then writes nothing to the device, where one copy per row would each cost a launch.
     """
 
     def __init__(self, input_ids: torch.Tensor, rows: list[RowState], stopper: RowStopper, capacity: int, pad_id: int):
@@ -72,18 +75,24 @@ class CommittedText:
         self.capacity = capacity
         self.pad_id = pad_id
         self.prompt_len = input_ids.shape[1]
-        self.sequences = torch.full(
-            (len(rows), self.prompt_len + capacity + 1), pad_id, dtype=torch.long, device=input_ids.device
-        )
-        self.sequences[:, : self.prompt_len] = input_ids
+        self.device = input_ids.device
+        self._host = np.full((len(rows), self.prompt_len + capacity + 1), pad_id, dtype=np.int64)
+        self._host[:, : self.prompt_len] = input_ids.cpu().numpy()
+        self._on_device: torch.Tensor | None = None
+
+    @property
+    def sequences(self) -> torch.Tensor:
+        """LongTensor [batch, prompt + budget + 1] on the model's device: the prompts, then the committed tokens."""
+        if self._on_device is None:
+            self._on_device = torch.from_numpy(self._host).to(self.device, copy=True)
+        return self._on_device
 
     def commit(self, row: RowState, tokens: list[int]) -> int:
         """Appends accepted tokens to a row until it must stop; returns how many it took."""
         start = self.prompt_len + len(row.generated)
-        room = self.sequences.shape[1] - start
-        self.sequences[row.index, start : start + min(len(tokens), room)] = torch.tensor(
-            tokens[:room], dtype=torch.long
-        )
+        room = self._host.shape[1] - start
+        self._host[row.index, start : start + min(len(tokens), room)] = tokens[:room]
+        self._on_device = None
         taken = 0
         for token in tokens:
             if self.done(row):

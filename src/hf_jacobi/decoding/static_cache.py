@@ -1,7 +1,8 @@
 """The static path of the Jacobi loop: a preallocated cache, verify forwards of one fixed shape, and a compiled forward.
 
 The loop is the same (`loop.jacobi_decode`); only the cache and its slot bookkeeping differ. `JacobiStaticCache`
-holds one transformers `StaticLayer` per decoder layer: keys and values are allocated once, `[B, H, M, D]`, and every
+holds one transformers `StaticLayer` (`static_layers.JacobiStaticLayer`) per decoder layer: keys and values are
+allocated once, `[B, H, M, D]`, and every
 forward writes its W columns at the layer's `cumulative_length` (a 0-d tensor changed in place). `StaticKVSlots` is
 `KVSlots` for that cache, behind the same methods:
 
@@ -10,9 +11,10 @@ forward writes its W columns at the layer's `cumulative_length` (a 0-d tensor ch
   the cache as padding that is never kept, so the verify forward sees inputs of a few shapes ([B, W] tokens and
   positions, a [B, 1, W, M] additive mask) and compiles once per width;
 - the commit reorders the kept columns to the front of the W slots just written, in place (a gather copied back into
-  the same storage), and moves `cumulative_length` back by the columns no row keeps; validity and positions are
-  preallocated [B, M] tensors updated in place; nothing is reallocated and nothing is read back to the host but the
-  loop's one read of each step's predictions (the slot counts the bookkeeping needs are kept on the host);
+  the same storage; with a compiled forward, inside the next forward's graph: `static_layers`), and moves
+  `cumulative_length` back by the columns no row keeps; validity and positions are preallocated [B, M] tensors
+  updated in place; nothing is reallocated and nothing is read back to the host but the loop's one read of each
+  step's predictions (the slot counts the bookkeeping needs are kept on the host);
 - when a row's holes would push the next forward past the end of the cache, the slots are compacted to the left,
   in place.
 
@@ -26,13 +28,15 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import torch
 from transformers import CompileConfig, DynamicCache, GenerationConfig
-from transformers.cache_utils import Cache, StaticLayer
 
 from .cache import gather_slots, layer_states
 from .config import JacobiConfig
-from .masks import SLIDING, AttentionLayout, layer_masks
+from .masks import SLIDING, AttentionLayout, host_layer_masks
+from .static_layers import JacobiStaticCache
+from .step_layout import StepLayout
 
 LENGTH_GRANULE = 64
 """Static cache lengths are rounded up to a multiple of this, so that prompts of nearby lengths share one shape (and one
@@ -53,25 +57,17 @@ LENGTH_ATTRIBUTE = "_hf_jacobi_static_cache_length"
 keeps `_previous_max_cache_length`), so that a shorter prompt does not compile a new graph."""
 
 
-class JacobiStaticCache(Cache):
-    """A static cache of plain `StaticLayer`s: full history on every layer, whatever the model's layer types.
-
-    transformers' `StaticCache(config=...)` would give sliding-window layers a ring buffer that overwrites slots by
-    index; the Jacobi cache holds holes (rejected drafts), so windows are applied in the masks on positions instead.
-    """
-
-    def __init__(self, num_layers: int, max_cache_len: int) -> None:
-        super().__init__(layers=[StaticLayer(max_cache_len=max_cache_len) for _ in range(num_layers)])
-
-
 class StaticKVSlots:
     """Validity and position of every slot of a `JacobiStaticCache`, per row; the static counterpart of `KVSlots`.
 
+    The bookkeeping lives on the host (numpy): the masks are built there and reach the device in one copy per step, and
+    a commit changes nothing on the device but the cache's length (and, when a branch won, its keys and values).
+
     Attributes:
-        valid: BoolTensor [B, M]; True for the slots a row attends to. Always False from `length` on.
-        positions: LongTensor [B, M]; the position id each slot was computed with (meaningless where invalid).
+        valid: bool array [B, M]; True for the slots a row attends to. Always False from `length` on.
+        positions: int64 array [B, M]; the position id each slot was computed with (meaningless where invalid).
         length: the slots in use (the layers' `cumulative_length`, mirrored on the host).
-        counts: per row, its valid slots (on the host, so that compaction needs no device read).
+        counts: per row, its valid slots.
         step_widths: the widths forwards are padded to, ascending.
     """
 
@@ -85,53 +81,53 @@ class StaticKVSlots:
     ) -> None:
         batch, prompt_len = valid.shape
         self.capacity = cache.layers[0].max_cache_len
-        device = valid.device
-        self.valid = torch.zeros((batch, self.capacity), dtype=torch.bool, device=device)
-        self.valid[:, :prompt_len] = valid
-        self.positions = torch.zeros((batch, self.capacity), dtype=torch.long, device=device)
-        self.positions[:, :prompt_len] = positions
+        self.device = valid.device
+        self.valid = np.zeros((batch, self.capacity), dtype=bool)
+        self.valid[:, :prompt_len] = valid.cpu().numpy()
+        self.positions = np.zeros((batch, self.capacity), dtype=np.int64)
+        self.positions[:, :prompt_len] = positions.cpu().numpy()
         self.length = prompt_len
-        self.counts = valid.sum(dim=1).tolist()
+        self.counts = self.valid.sum(axis=1).tolist()
         self.layout = layout
         self.step_widths = widths
-        self._columns = torch.arange(widths[-1], device=device)
 
-    def attention_mask(
-        self, visible: torch.Tensor, query_positions: torch.Tensor, dtype: torch.dtype
-    ) -> torch.Tensor | dict[str, torch.Tensor]:
+    def attention_mask(self, layout: StepLayout, dtype: torch.dtype) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive float masks [B, 1, W, M]: each row's valid slots, then the W columns about to be written at
-        [length, length + W), which see each other as `visible` [W, W] or [B, W, W] says; every other slot is masked."""
-        batch, width = query_positions.shape
+        [length, length + W), which see each other as `layout.visible` says; every other slot is masked."""
+        width = layout.width
         start, end = self.length, self.length + width
         if end > self.capacity:
             raise RuntimeError(
                 f"a forward of {width} columns at slot {start} overflows the static cache ({self.capacity})"
             )
-        allowed = self.valid.unsqueeze(1).expand(batch, width, self.capacity).clone()
-        allowed[:, :, start:end] = visible
+        allowed = np.repeat(self.valid[:, None, :], width, axis=1)
+        allowed[:, :, start:end] = layout.visible
         kv_positions = self.positions  # only sliding windows read the slots' positions: copied only for them
         if SLIDING in self.layout.kinds:
-            kv_positions = kv_positions.clone()
-            kv_positions[:, start:end] = query_positions
-        return layer_masks(allowed, query_positions, kv_positions, self.layout, dtype)
+            kv_positions = kv_positions.copy()
+            kv_positions[:, start:end] = layout.host_positions
+        return host_layer_masks(allowed, layout.host_positions, kv_positions, self.layout, dtype, self.device)
 
     def commit_columns(
-        self, cache: JacobiStaticCache, order: list[list[int]], keep: list[int], query_positions: torch.Tensor
+        self, cache: JacobiStaticCache, order: list[list[int]], keep: list[int], layout: StepLayout
     ) -> None:
         """Keeps, per row, the columns `order[row][: keep[row]]` of the forward just written, moved to the front of its
         W slots in place; the slots past the longest kept run are given back to the next forward."""
-        width = query_positions.shape[1]
+        width = layout.width
         start, end = self.length, self.length + width
-        device = query_positions.device
+        positions = layout.host_positions
         if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
-            index = torch.tensor(order, dtype=torch.long, device=device)
-            # gather returns new tensors, so every layer's write-back waits for one foreach copy (not one per tensor)
-            written = [states[:, :, start:end] for states in layer_states(cache.layers)]
-            torch._foreach_copy_(written, gather_slots(written, index))
-            query_positions = torch.gather(query_positions, 1, index)
-        counts = torch.tensor(keep, dtype=torch.long, device=device)
-        self.valid[:, start:end] = self._columns[None, :width] < counts[:, None]
-        self.positions[:, start:end] = query_positions
+            if cache.moves is not None:  # the compiled forward moves the slots inside its graph, next step
+                cache.moves.record(start, order)
+            else:  # gather returns new tensors, so every layer's write-back waits for one foreach copy
+                index = torch.tensor(order, dtype=torch.long, device=self.device)
+                written = [states[:, :, start:end] for states in layer_states(cache.layers)]
+                torch._foreach_copy_(written, gather_slots(written, index))
+            positions = np.take_along_axis(positions, np.asarray(order, dtype=np.int64), axis=1)
+        elif cache.moves is not None:
+            cache.moves.clear()
+        self.valid[:, start:end] = np.arange(width)[None, :] < np.asarray(keep)[:, None]
+        self.positions[:, start:end] = positions
         kept = max(keep)
         if kept < width:
             _crop(cache, width - kept)
@@ -159,16 +155,16 @@ class StaticKVSlots:
     def compact(self, cache: JacobiStaticCache) -> None:
         """Moves each row's valid slots to the left end, in order, in place; positions travel with the slots, so no
         result changes."""
+        cache.apply_moves_now()
         width = max(self.counts)
-        # A stable descending sort puts the valid slots first, in their order; the first `width` are the keepers.
-        order = torch.sort(self.valid.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :width]
-        valid = torch.gather(self.valid, 1, order)
-        positions = torch.gather(self.positions, 1, order)
-        self.valid[:, :width] = valid
+        # A stable sort on "not valid" puts the valid slots first, in their order; the first `width` are the keepers.
+        order = np.argsort(~self.valid, axis=1, kind="stable")[:, :width]
+        self.positions[:, :width] = np.take_along_axis(self.positions, order, axis=1)
+        self.valid[:, :width] = np.take_along_axis(self.valid, order, axis=1)
         self.valid[:, width:] = False
-        self.positions[:, :width] = positions
         states = layer_states(cache.layers)
-        torch._foreach_copy_([layer[:, :, :width] for layer in states], gather_slots(states, order))
+        index = torch.from_numpy(order).to(self.device)
+        torch._foreach_copy_([layer[:, :, :width] for layer in states], gather_slots(states, index))
         _crop(cache, self.length - width)
         self.length = width
 
@@ -236,6 +232,7 @@ def _reusable_cache(model, prefilled: DynamicCache, length: int) -> JacobiStatic
         if fits:
             for layer in cache.layers:
                 layer.cumulative_length.zero_()
+            cache.move_eagerly()  # until this call's forward is known to be compiled (`defer_slot_moves`)
             return cache
     cache = JacobiStaticCache(len(prefilled.layers), length)
     setattr(model, CACHE_ATTRIBUTE, cache)
@@ -256,6 +253,13 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
     if criteria is not None and criteria({"cache": cache}, generation_config):
         return model.get_compiled_call(compile_config)
     return model
+
+
+def defer_slot_moves(cache: JacobiStaticCache, slots: StaticKVSlots) -> None:
+    """Hands the commit's slot moves to the compiled forward (see `static_layers`): eagerly they would cost two
+    device ops per layer on the steps a recycled branch wins; inside the graph they cost no host time."""
+    keys = cache.layers[0].keys
+    cache.defer_moves(keys.shape[0], slots.step_widths[-1], keys.device)
 
 
 def _crop(cache: JacobiStaticCache, tokens: int) -> None:

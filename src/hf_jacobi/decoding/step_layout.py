@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -33,12 +34,18 @@ class Branch:
 
 
 class StepLayout:
-    """Input ids, position offsets and the visibility matrix of one forward, with the branches behind each column.
+    """Input ids, positions and the visibility matrix of one forward, with the branches behind each column.
+
+    The layout is built on the host (numpy) and reaches the device in one copy: on a GPU every small tensor op the
+    loop launches costs host time that the forward does not hide, so the loop sends what it knows instead of computing
+    it there. The masks are built on the host from `visible` and `host_positions` too.
 
     Attributes:
-        tokens: LongTensor [b, Q].
-        levels: LongTensor [b, Q]: each column's distance from column 0, i.e. its position offset (0 for padding).
-        visible: BoolTensor [b, Q, Q]: which columns each column attends to.
+        tokens: LongTensor [b, Q] on the device.
+        positions: LongTensor [b, Q] on the device: each column's position id (its row's start plus its level).
+        levels: int64 array [b, Q]: each column's distance from column 0, i.e. its position offset (0 for padding).
+        host_positions: int64 array [b, Q]: `positions` on the host.
+        visible: bool array [b, Q, Q]: which columns each column attends to.
         branches: per row, the draft chain first, then one branch per other proposal.
         columns_used: per row, how many columns carry real tokens.
     """
@@ -50,6 +57,7 @@ class StepLayout:
         pad_id: int,
         device,
         widths: tuple[int, ...] | None = None,
+        starts: list[int] | None = None,
     ) -> None:
         """Lays out one forward: per row, its root (last committed token) in column 0, then each proposed branch.
 
@@ -57,17 +65,16 @@ class StepLayout:
         columns after it. Either way a branch sees column 0 and its own earlier tokens only. A row whose root is None
         (a finished row that a fixed-batch cache keeps) is all padding and has no branch. `widths` (ascending) pads the
         forward to the narrowest of them that fits (the static cache's fixed shapes); by default the widest row sets it.
+        `starts` is each row's position id at column 0 (0 by default).
         """
         self.branches: list[list[Branch]] = []
         self.columns_used: list[int] = []
-        token_rows, branch_rows, level_rows = [], [], []
+        rows = []
         for root, branches_tokens in zip(roots, proposals, strict=True):
             if root is None:
                 self.branches.append([])
                 self.columns_used.append(0)
-                token_rows.append([])
-                branch_rows.append([])
-                level_rows.append([])
+                rows.append(([], [], []))
                 continue
             tokens, branch_ids, levels = [root], [0], [0]
             branches = []
@@ -79,17 +86,27 @@ class StepLayout:
                 levels.extend(range(1, len(drafts) + 1))
             self.branches.append(branches)
             self.columns_used.append(len(tokens))
-            token_rows.append(tokens)
-            branch_rows.append(branch_ids)
-            level_rows.append(levels)
+            rows.append((tokens, branch_ids, levels))
         used = max(max(self.columns_used), 1)
         width = used if widths is None else next((width for width in widths if width >= used), None)
         if width is None:
             raise ValueError(f"a row needs {used} columns but the forward's fixed widths are {list(widths)}")
-        self.tokens = _padded(token_rows, width, pad_id, device)
-        self.levels = _padded(level_rows, width, 0, device)
-        branch_ids = _padded(branch_rows, width, -1, device)
-        self.visible = _visibility(branch_ids, self.levels)
+        # tokens, positions and branch ids of every column; padding: pad_id, position 0 (plus start), branch -1
+        table = np.zeros((3, len(rows), width), dtype=np.int64)
+        table[0], table[2] = pad_id, -1
+        for row, (tokens, branch_ids, levels) in enumerate(rows):
+            table[0, row, : len(tokens)] = tokens
+            table[1, row, : len(levels)] = levels
+            table[2, row, : len(branch_ids)] = branch_ids
+        self.levels = table[1].copy()
+        if starts is not None:
+            table[1] += np.asarray(starts, dtype=np.int64)[:, None]
+        self.host_positions = table[1]
+        self.visible = _visibility(table[2], self.levels)
+        # one copy for both; from pageable memory CUDA stages the source before returning, so non_blocking only
+        # spares the stream synchronization a blocking copy adds
+        on_device = torch.from_numpy(table[:2]).to(device, non_blocking=True)
+        self.tokens, self.positions = on_device[0], on_device[1]
 
     @property
     def width(self) -> int:
@@ -112,17 +129,12 @@ class StepLayout:
         return self.branches[row][branch].tokens[1 : level + 1]
 
 
-def _padded(rows: list[list[int]], width: int, fill: int, device) -> torch.Tensor:
-    return torch.tensor([row + [fill] * (width - len(row)) for row in rows], dtype=torch.long, device=device)
-
-
-def _visibility(branch_ids: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+def _visibility(branch_ids: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """A column sees column 0 and the columns of its own branch at lower or equal levels; padding sees itself."""
     width = branch_ids.shape[1]
     same_branch = branch_ids[:, :, None] == branch_ids[:, None, :]
     earlier = levels[:, None, :] <= levels[:, :, None]
-    root = torch.zeros(width, dtype=torch.bool, device=branch_ids.device)
+    root = np.zeros(width, dtype=bool)
     root[0] = True
     real = (branch_ids >= 0)[:, :, None]
-    itself = torch.eye(width, dtype=torch.bool, device=branch_ids.device)
-    return itself | (real & ((same_branch & earlier) | root))
+    return np.eye(width, dtype=bool) | (real & ((same_branch & earlier) | root))
