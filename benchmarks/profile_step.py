@@ -10,8 +10,9 @@ per-step overhead (mask building, cache commit, proposals) has to cut.
     python benchmarks/profile_step.py --tiny                                              # any machine, seconds
 
 Prints ms per step, the share spent waiting for the device, and the functions with the most host time per step;
-`--ops` also runs the call once under torch's profiler and counts the aten ops per step outside the compiled verify
-forward (top-level ops only; the eager prefill and set-up, once per call, are spread over the steps).
+`--ops` also runs the call once under torch's profiler and counts the aten ops each step runs outside the compiled
+verify forward (top-level ops inside the loop's `_step`; the prefill and the call's set-up are not counted), and
+`--output FILE` writes the figures as JSON (docs/results/host-work-cpu).
 
 Measured (issue 36) on the shared 2-core CPU, one thread, the embedded SmolLM2-135M with the shipped adapter, batch 1:
 
@@ -21,18 +22,23 @@ before (one `sub_` per layer to crop, a gather and a copy per layer's keys and v
 positions copied for every mask): 40 steps, 484 ms per step, 255.4 aten ops per step outside the compiled forward;
 after (one foreach `sub_`, one foreach copy, positions copied only for sliding windows): 40 steps, 436 ms per step,
 156.8 aten ops per step. On a CPU the forward's matmuls are most of a step (381 ms of `mm`), so the ms are noise; the op
-count is what a GPU step pays in host launches.
+count is what a GPU step pays in host launches. (Those two counts spread the prefill over the steps; the counts in
+docs/results/host-work-cpu, from the layouts and masks built on the host and the slot moves made inside the compiled
+forward, do not.)
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import pstats
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
+import transformers
 
 from hf_jacobi.batching import left_padded
 from hf_jacobi.bench.architectures import random_model
@@ -67,19 +73,49 @@ COMPILED = "Torch-Compiled Region"
 """The profiler's event around a call of the compiled forward: every op under it is the verify forward's."""
 
 
+STEP = "hf_jacobi step"
+"""The profiler's range around one `loop._step` (set by this script): the ops counted per step are under it."""
+
+
 def outside_ops(events) -> Counter:
-    """Top-level aten ops (no aten op or compiled region above them) in a profiler's events, by name: the loop's own
-    ops."""
+    """The loop's own ops per name: top-level aten ops (no aten op or compiled region above them) inside a step's
+    range, so neither the verify forward's ops nor the prefill's and the call's set-up are counted."""
     count: Counter = Counter()
     for event in events:
         if not event.name.startswith("aten::"):
             continue
-        parent = event.cpu_parent
-        while parent is not None and not parent.name.startswith("aten::") and not parent.name.startswith(COMPILED):
+        parent, in_step = event.cpu_parent, False
+        while parent is not None:
+            if parent.name.startswith("aten::") or parent.name.startswith(COMPILED):
+                break
+            in_step |= parent.name == STEP
             parent = parent.cpu_parent
-        if parent is None:
+        if parent is None and in_step:
             count[event.name] += 1
     return count
+
+
+def _ranged_steps():
+    """Wraps the loop's step in a profiler range named `STEP` (a context manager restoring it)."""
+    from contextlib import contextmanager
+
+    from hf_jacobi.decoding import loop
+
+    @contextmanager
+    def ranged():
+        step = loop._step
+
+        def wrapped(*args, **kwargs):
+            with torch.profiler.record_function(STEP):
+                return step(*args, **kwargs)
+
+        loop._step = wrapped
+        try:
+            yield
+        finally:
+            loop._step = step
+
+    return ranged()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=20, help="functions listed")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model: a smoke run anywhere")
     parser.add_argument("--ops", action="store_true", help="also count the aten ops per step outside the forward")
+    parser.add_argument("--output", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _model(args.tiny, getattr(torch, args.dtype), device)
@@ -113,17 +150,40 @@ def main(argv: list[str] | None = None) -> int:
         f"{device} {args.dtype} batch {args.batch_size} {args.path}: {steps} steps, {1000 * wall / steps:.2f} ms per "
         f"step, of which waiting for the device (or computing, on a CPU) {1000 * waited / steps:.2f} ms"
     )
+    report = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "dtype": args.dtype,
+        "batch_size": args.batch_size,
+        "path": args.path,
+        "model": "tiny random llama" if args.tiny else "SmolLM2-135M-Instruct + shipped adapter",
+        "settings": settings,
+        "max_new_tokens": args.max_new_tokens,
+        "torch_threads": torch.get_num_threads(),
+        "steps": steps,
+        "ms_per_step": 1000 * wall / steps,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
     if args.ops:
-        with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with (
+            torch.inference_mode(),
+            _ranged_steps(),
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof,
+        ):
             model.generate(**inputs, **kwargs)
         ops = outside_ops(prof.events())
         common = ", ".join(f"{name.removeprefix('aten::')} {count / steps:.1f}" for name, count in ops.most_common(8))
-        print(f"aten ops outside the compiled forward: {ops.total() / steps:.1f} per step ({common})")
+        print(f"aten ops per step outside the compiled forward: {ops.total() / steps:.1f} ({common})")
+        report["ops_per_step"] = ops.total() / steps
+        report["ops_by_name_per_step"] = {name: count / steps for name, count in ops.most_common()}
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[: args.top]
     for (file, line, name), (_, calls, own, _cumulative, _) in rows:
         print(
             f"{1000 * own / steps:8.3f} ms/step {calls / steps:7.1f} calls/step  {name}  {file.split('/')[-1]}:{line}"
         )
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 

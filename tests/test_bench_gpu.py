@@ -65,3 +65,18 @@ def test_step_profile_reports_host_time_per_step(capsys: pytest.CaptureFixture[s
     head, *rows = capsys.readouterr().out.strip().splitlines()
     assert "cpu float32 batch 2 eager:" in head and "ms per step" in head
     assert len(rows) == 5 and all("ms/step" in row and "calls/step" in row for row in rows)
+
+
+def test_step_profile_counts_the_loops_own_ops_per_step(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--ops counts the aten ops a step runs outside the compiled forward (here the eager path: outside the model);
+    --output writes the figures the docs render."""
+    profile = _driver("profile_step")
+    out = tmp_path / "profile.json"
+    argv = ["--tiny", "--path", "eager", "--max-new-tokens", "8", "--top", "1", "--ops", "--output", str(out)]
+    assert profile.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["steps"] > 1 and report["ms_per_step"] > 0 and report["path"] == "eager"
+    assert report["ops_per_step"] == pytest.approx(sum(report["ops_by_name_per_step"].values()))
+    assert report["ops_per_step"] > 0  # at least the argmax of each step's logits
+    assert "aten::argmax" in report["ops_by_name_per_step"]
+    assert f"outside the compiled forward: {report['ops_per_step']:.1f}" in capsys.readouterr().out

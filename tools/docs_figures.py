@@ -975,6 +975,32 @@ def bench_md_paths_heldout(page: Page) -> str:
     return _bench_paths(page, PATHS_HELDOUT)
 
 
+HOST_WORK = "host-work-cpu"
+
+
+@block("host-work-cpu")
+def host_work_cpu(page: Page) -> str:
+    """The loop's own ops per step on the compiled static path, before and after the host-side layouts, masks and
+    in-graph slot moves (benchmarks/profile_step.py --ops, on the commit before and the commit after)."""
+    lines = [
+        "| batch | code | steps | aten ops per step outside the compiled forward | commonest of them | ms per step (CPU) |",
+        "|---:|---|---:|---:|---|---:|",
+    ]
+    for batch in (1, 8):
+        for name, label in ((f"before-c18c5d3-batch{batch}", "before (c18c5d3)"), (f"after-batch{batch}", "after")):
+            run = load(f"{HOST_WORK}/{name}.json")
+            common = ", ".join(
+                f"{op.removeprefix('aten::')} {count:.1f}"
+                for op, count in list(run["ops_by_name_per_step"].items())[:4]
+            )
+            bold = "**" if label == "after" else ""
+            lines.append(
+                f"| {batch} | {page.ref(f'{HOST_WORK}/{name}.json', label)} | {run['steps']} | "
+                f"{bold}{run['ops_per_step']:.1f}{bold} | {common} | {run['ms_per_step']:.0f} |"
+            )
+    return "\n".join(lines)
+
+
 @block("vllm-base-scale")
 def vllm_base_scale(page: Page) -> str:
     """vLLM on this CPU with the shipped adapter merged (benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""

@@ -30,7 +30,6 @@ class SlotMoves:
         self._identity = np.broadcast_to(np.arange(width + 1, dtype=np.int64), (batch, width + 1)).copy()
         self._identity[:, width] = 0
         self.plan = torch.from_numpy(self._identity).to(device, copy=True)  # never the host array's memory
-        self._columns = torch.arange(width, device=device)
         self.pending = False
         if not torch.compiler.is_compiling():
             torch._dynamo.mark_static_address(self.plan)
@@ -60,7 +59,8 @@ class SlotMoves:
     def apply(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Moves one layer's slots as the plan says: a gather of the W slots, written back in place."""
         sources = self.plan[:, : self.width]
-        targets = self.plan[0, self.width] + self._columns
+        # made inside the graph: a tensor kept here would be one more graph input to copy on every replay
+        targets = self.plan[0, self.width] + torch.arange(self.width, device=self.plan.device)
         for states in (keys, values):
             index = sources[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
             states.index_copy_(2, targets, torch.gather(states, 2, index))
