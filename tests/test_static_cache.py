@@ -4,16 +4,19 @@ once per shape."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
-from transformers import CompileConfig, GenerationConfig, StaticCache
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from transformers import CompileConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM, StaticCache
 
 from hf_jacobi import JacobiConfig, enable_jacobi
 from hf_jacobi.decoding import loop, static_cache, static_layers
 from hf_jacobi.decoding.call_settings import resolve_jacobi_config
 from hf_jacobi.decoding.static_cache import LENGTH_ATTRIBUTE, StaticKVSlots
 from hf_jacobi.decoding.step_layout import StepLayout
-from tiny_models import PAD, fresh_tiny_model, random_prompts, tiny_model
+from tiny_models import PAD, TINY_CONFIG, fresh_tiny_model, random_prompts, tiny_model
 
 SETTINGS = {
     "plain": {"jacobi_block_size": 5},
@@ -410,4 +413,57 @@ def test_a_compiled_forward_moves_the_winning_branch_inside_itself(monkeypatch):
         assert torch.equal(out, greedy), compile_mode
         moved.append(len(records))
     assert moved[0] > 0 and moved[1] == 0 and moved[2] == moved[0], moved
+    torch._dynamo.reset()
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the aten ops run while it is active, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_compiled_step_does_no_per_layer_work_beside_its_forward(monkeypatch):
+    """Every op a step runs outside its compiled forward is a launch on a GPU, so none may come per layer: on an
+    8-layer model the compiled path's steps gather and copy no cache slots outside the forward (a winning branch is
+    moved inside it) and run a handful of ops in all; the eager static path, for contrast, gathers per layer at the
+    commit, which shows the count sees such work."""
+    counter, steps = _OpCounter(), []
+    step = loop._step
+
+    def counted_step(forward, *args, **kwargs):
+        def call(*inputs, **named):
+            with _disable_current_modes():  # the forward itself is not counted
+                return forward.call(*inputs, **named)
+
+        steps.append(1)
+        with counter:
+            return step(loop.VerifyForward(call, forward.dtype, forward.kwargs), *args, **kwargs)
+
+    monkeypatch.setattr(loop, "_step", counted_step)
+    torch._dynamo.reset()
+    config = LlamaConfig(**{**TINY_CONFIG, "num_hidden_layers": 8})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = enable_jacobi(LlamaForCausalLM(config).eval())
+    model.generation_config.pad_token_id = PAD
+    ids, mask = random_prompts(3, 9, seed=5)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 30, "decoding": "jacobi", **STATIC}
+    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
+    counts = {}
+    for compile_mode in ("always", "never"):
+        counter.ops.clear()
+        steps.clear()
+        model.generate(ids, **kwargs, **SETTINGS["all"], jacobi_compile=compile_mode, compile_config=compile_config)
+        counts[compile_mode] = (dict(counter.ops), len(steps))
+    compiled, compiled_steps = counts["always"]
+    assert "aten.gather" not in compiled and "aten._foreach_copy_" not in compiled, compiled
+    assert sum(compiled.values()) / compiled_steps < 2 * config.num_hidden_layers, compiled
+    eager, _ = counts["never"]
+    assert eager.get("aten.gather", 0) >= 2 * config.num_hidden_layers  # keys and values of every layer, per move
     torch._dynamo.reset()
