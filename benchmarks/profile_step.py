@@ -35,6 +35,7 @@ import json
 import pstats
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -95,27 +96,22 @@ def outside_ops(events) -> Counter:
     return count
 
 
+@contextmanager
 def _ranged_steps():
-    """Wraps the loop's step in a profiler range named `STEP` (a context manager restoring it)."""
-    from contextlib import contextmanager
-
+    """Wraps the loop's step in a profiler range named `STEP` while the block runs."""
     from hf_jacobi.decoding import loop
 
-    @contextmanager
-    def ranged():
-        step = loop._step
+    step = loop._step
 
-        def wrapped(*args, **kwargs):
-            with torch.profiler.record_function(STEP):
-                return step(*args, **kwargs)
+    def ranged(*args, **kwargs):
+        with torch.profiler.record_function(STEP):
+            return step(*args, **kwargs)
 
-        loop._step = wrapped
-        try:
-            yield
-        finally:
-            loop._step = step
-
-    return ranged()
+    loop._step = ranged
+    try:
+        yield
+    finally:
+        loop._step = step
 
 
 def main(argv: list[str] | None = None) -> int:

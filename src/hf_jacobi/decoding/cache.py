@@ -92,7 +92,7 @@ class KVSlots:
         query_positions = layout.positions
         width = query_positions.shape[1]
         device = query_positions.device
-        if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
+        if needs_moving(order, keep):
             index = torch.tensor(order, dtype=torch.long, device=device)
             written = [states[:, :, -width:] for states in layer_states(_filled_layers(cache))]
             torch._foreach_copy_(written, gather_slots(written, index))
@@ -147,6 +147,12 @@ def _filled_layers(cache: DynamicCache) -> list:
 def layer_states(layers: list) -> list[torch.Tensor]:
     """The keys and values [B, H, S, D] of `layers`, in one list (keys, values, keys, ...) for the foreach ops."""
     return [states for layer in layers for states in (layer.keys, layer.values)]
+
+
+def needs_moving(order: list[list[int]], keep: list[int]) -> bool:
+    """Whether some row keeps columns that are not the first ones it wrote (a recycled branch won), so that both
+    caches' commits must move keys and values; a draft chain's accepted prefix is already in place."""
+    return any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True))
 
 
 def gather_slots(states: list[torch.Tensor], order: torch.Tensor) -> list[torch.Tensor]:

@@ -191,13 +191,7 @@ def _step(
         **{CACHE_ARGUMENT: cache},
         **forward.kwargs,
     ).logits.float()
-    scores = logits
-    if len(logits_processor):  # the committed text goes to the device only for processors that read it
-        lengths = [committed.prompt_len + (len(row.generated) if row is not None else 0) for row in running]
-        indices = [row.index if row is not None else local for local, row in enumerate(running)]
-        scores = process_column_scores(
-            logits_processor, committed.sequences, lengths, logits, layout, indices, len(committed.rows)
-        )
+    scores = process_column_scores(logits_processor, committed, running, logits, layout)
     predictions = scores.argmax(dim=-1).tolist()
 
     orders, keeps = [list(range(layout.width)) for _ in running], [0] * len(running)

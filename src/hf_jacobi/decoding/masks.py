@@ -71,9 +71,7 @@ def layer_masks(
         if kind == SLIDING:
             distance = query_positions.unsqueeze(2) - kv_positions.unsqueeze(1)
             kind_allowed = allowed & (distance < layout.sliding_window)
-        additive = torch.zeros(kind_allowed.shape, dtype=dtype, device=kind_allowed.device)
-        additive.masked_fill_(~kind_allowed, torch.finfo(dtype).min)
-        masks[kind] = additive.unsqueeze(1)
+        masks[kind] = _additive(kind_allowed, dtype)
     return masks if layout.as_dict else masks[layout.kinds[0]]
 
 
@@ -86,7 +84,7 @@ def host_layer_masks(
     device: torch.device,
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """`layer_masks` from host arrays: windows applied on the host, then per kind one copy to the device and two ops
-    (fill, masked fill) to make it additive; the decoding loop builds its masks this way so that a step launches a
+    to make it additive; the decoding loop builds its masks this way so that a step launches a
     handful of device ops, not one per boolean operation.
 
     Args:
@@ -97,7 +95,13 @@ def host_layer_masks(
         kind_allowed = allowed
         if kind == SLIDING:
             kind_allowed = allowed & (query_positions[:, :, None] - kv_positions[:, None, :] < layout.sliding_window)
-        seen = torch.from_numpy(np.ascontiguousarray(kind_allowed)).to(device, non_blocking=True)
-        additive = torch.full(seen.shape, torch.finfo(dtype).min, dtype=dtype, device=device).masked_fill_(seen, 0.0)
-        masks[kind] = additive.unsqueeze(1)
+        masks[kind] = _additive(
+            torch.from_numpy(np.ascontiguousarray(kind_allowed)).to(device, non_blocking=True), dtype
+        )
     return masks if layout.as_dict else masks[layout.kinds[0]]
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, 1, q, kv] in `dtype`: 0 where `allowed` [B, q, kv], the dtype's lowest value elsewhere (two ops)."""
+    masked = torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
+    return masked.masked_fill_(allowed, 0.0).unsqueeze(1)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from transformers import CompileConfig, DynamicCache, GenerationConfig
 
-from .cache import gather_slots, layer_states
+from .cache import gather_slots, layer_states, needs_moving
 from .config import JacobiConfig
 from .masks import SLIDING, AttentionLayout, host_layer_masks
 from .static_layers import JacobiStaticCache
@@ -116,7 +116,7 @@ class StaticKVSlots:
         width = layout.width
         start, end = self.length, self.length + width
         positions = layout.host_positions
-        if any(columns[:count] != list(range(count)) for columns, count in zip(order, keep, strict=True)):
+        if needs_moving(order, keep):
             if cache.moves is not None:  # the compiled forward moves the slots inside its graph, next step
                 cache.moves.record(start, order)
             else:  # gather returns new tensors, so every layer's write-back waits for one foreach copy

@@ -24,6 +24,7 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
+from .rows import CommittedText, RowState
 from .step_layout import StepLayout
 
 # Processors whose output depends on the scores alone, never on the tokens before them: every column of a forward can
@@ -41,21 +42,21 @@ CONTEXT_FREE = (
 
 def process_column_scores(
     logits_processor: LogitsProcessorList,
-    sequences: torch.Tensor,
-    committed: list[int],
+    committed: CommittedText,
+    running: list[RowState | None],
     logits: torch.Tensor,
     layout: StepLayout,
-    batch_rows: list[int],
-    batch_size: int,
 ) -> torch.Tensor:
     """Processed scores [b, Q, V] for every column of a forward, each with the context greedy would have given it.
 
+    A column's context is its row's committed text (prompt included) followed by the drafts before it on its branch
+    (`layout.drafts_before`). Only processors that read the context make the committed text go to the device
+    (`committed.sequences`); with none, or with warpers that read the scores alone, it stays on the host.
+
     Args:
-        sequences: LongTensor [batch_size, W]: each original row's committed tokens (prompt included) from column 0.
-        committed: per local row, its committed length; a column's context is sequences[row, :committed] followed by
-            the drafts before it on its branch (`layout.drafts_before`).
+        running: the forward's rows in order (None: padding a fixed-batch cache keeps), for their committed lengths and
+            their index in the original batch (processors that keep per-row state).
         logits: float32 [b, Q, V], the raw logits of the forward.
-        batch_rows: each local row's index in the original batch, for processors that keep per-row state.
     """
     if len(logits_processor) == 0:
         return logits
@@ -63,13 +64,16 @@ def process_column_scores(
     if all(isinstance(p, CONTEXT_FREE) for p in logits_processor):
         placeholder = torch.zeros((rows * width, 1), dtype=torch.long, device=logits.device)
         return logits_processor(placeholder, logits.reshape(rows * width, vocab).clone()).view(rows, width, vocab)
+    lengths = [committed.prompt_len + (len(row.generated) if row is not None else 0) for row in running]
+    batch_rows = [row.index if row is not None else local for local, row in enumerate(running)]
+    sequences = committed.sequences
     # Columns whose contexts have the same length go through the processors together.
     groups: dict[tuple[int, int], list[tuple[int, int, list[int]]]] = {}
     for row in range(rows):
         for column in range(layout.columns_used[row]):
             drafts = layout.drafts_before(row, column)
             if drafts is not None:
-                groups.setdefault((committed[row], len(drafts)), []).append((row, column, drafts))
+                groups.setdefault((lengths[row], len(drafts)), []).append((row, column, drafts))
     scores = logits.clone()
     for (length, level), members in groups.items():
         local = [row for row, _, _ in members]
@@ -77,7 +81,7 @@ def process_column_scores(
         original = [batch_rows[row] for row in local]
         drafts = torch.tensor([d for _, _, d in members], dtype=torch.long, device=logits.device)
         context = torch.cat([sequences[original, :length], drafts.reshape(len(members), level)], dim=1)
-        processors = processors_for_rows(logits_processor, original, batch_size)
+        processors = processors_for_rows(logits_processor, original, len(committed.rows))
         scores[local, columns] = processors(context, logits[local, columns].clone())
     return scores
 
