@@ -12,7 +12,10 @@ per-step overhead (mask building, cache commit, proposals) has to cut.
 Prints ms per step, the share spent waiting for the device, and the functions with the most host time per step;
 `--ops` also runs the call once under torch's profiler and counts the aten ops each step runs outside the compiled
 verify forward (top-level ops inside the loop's `_step`; the prefill and the call's set-up are not counted), and
-`--output FILE` writes the figures as JSON (docs/results/host-work-cpu).
+`--output FILE` writes the figures as JSON (docs/results/host-work-cpu). `--split` times every step and its device
+part (`loop._verify`: the forward, the scores' argmax and their read-back) over `--rounds` uncounted-for-profiling
+calls, and reports the rest of the step: the host work between two forwards, which the device idles through. On a
+CPU the device part is the forward computed in place; on a GPU it is the forward's launch and wait.
 
 Measured (issue 36) on the shared 2-core CPU, one thread, the embedded SmolLM2-135M with the shipped adapter, batch 1:
 
@@ -33,6 +36,7 @@ import argparse
 import cProfile
 import json
 import pstats
+import statistics
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -97,6 +101,51 @@ def outside_ops(events) -> Counter:
 
 
 @contextmanager
+def _timed_steps(times: dict[str, float]):
+    """Adds each step's wall time and its device part's (`loop._verify`) to `times` while the block runs."""
+    from hf_jacobi.decoding import loop
+
+    step, verify = loop._step, loop._verify
+
+    def timed_step(*args, **kwargs):
+        start = time.perf_counter()
+        step(*args, **kwargs)
+        times["step"] += time.perf_counter() - start
+        times["steps"] += 1
+
+    def timed_verify(*args, **kwargs):
+        start = time.perf_counter()
+        out = verify(*args, **kwargs)
+        times["verify"] += time.perf_counter() - start
+        return out
+
+    loop._step, loop._verify = timed_step, timed_verify
+    try:
+        yield
+    finally:
+        loop._step, loop._verify = step, verify
+
+
+def split_rounds(model, inputs: dict, kwargs: dict, rounds: int) -> list[dict[str, float]]:
+    """Per call: ms per step, of which the device part (forward to read-back) and the host work around it."""
+    figures = []
+    for _ in range(rounds):
+        times = {"step": 0.0, "verify": 0.0, "steps": 0}
+        with torch.inference_mode(), _timed_steps(times):
+            model.generate(**inputs, **kwargs)
+        steps = max(times["steps"], 1)
+        figures.append(
+            {
+                "steps": times["steps"],
+                "ms_per_step": 1000 * times["step"] / steps,
+                "device_ms_per_step": 1000 * times["verify"] / steps,
+                "host_ms_per_step": 1000 * (times["step"] - times["verify"]) / steps,
+            }
+        )
+    return figures
+
+
+@contextmanager
 def _ranged_steps():
     """Wraps the loop's step in a profiler range named `STEP` while the block runs."""
     from hf_jacobi.decoding import loop
@@ -124,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny random model: a smoke run anywhere")
     parser.add_argument("--ops", action="store_true", help="also count the aten ops per step outside the forward")
     parser.add_argument("--output", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--split", action="store_true", help="also time each step's host work and device part")
+    parser.add_argument("--rounds", type=int, default=3, help="timed calls for --split (their median is reported)")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _model(args.tiny, getattr(torch, args.dtype), device)
@@ -160,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+    if args.split:
+        rounds = split_rounds(model, inputs, kwargs, args.rounds)
+        host = statistics.median(r["host_ms_per_step"] for r in rounds)
+        device_part = statistics.median(r["device_ms_per_step"] for r in rounds)
+        print(
+            f"host work per step (median of {len(rounds)}): {host:.2f} ms beside {device_part:.2f} ms from the "
+            f"forward's launch to its read-back; rounds: " + ", ".join(f"{r['host_ms_per_step']:.2f}" for r in rounds)
+        )
+        report.update(host_ms_per_step=host, device_ms_per_step=device_part, split_rounds=rounds)
     if args.ops:
         with (
             torch.inference_mode(),

@@ -80,3 +80,19 @@ def test_step_profile_counts_the_loops_own_ops_per_step(tmp_path, capsys: pytest
     assert report["ops_per_step"] > 0  # at least the argmax of each step's logits
     assert "aten::argmax" in report["ops_by_name_per_step"]
     assert f"outside the compiled forward: {report['ops_per_step']:.1f}" in capsys.readouterr().out
+
+
+def test_step_profile_splits_each_step_into_host_work_and_its_device_part(tmp_path) -> None:
+    """--split times every step and its forward-to-read-back part over --rounds calls; the host work is the rest, so
+    the two add up to the step, round by round, and every round decodes the same steps."""
+    profile = _driver("profile_step")
+    out = tmp_path / "split.json"
+    argv = ["--tiny", "--path", "eager", "--max-new-tokens", "8", "--top", "1", "--split", "--rounds", "2"]
+    assert profile.main([*argv, "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rounds = report["split_rounds"]
+    assert len(rounds) == 2 and all(r["steps"] == report["steps"] for r in rounds)
+    for r in rounds:
+        assert 0 < r["host_ms_per_step"] < r["ms_per_step"] and 0 < r["device_ms_per_step"] < r["ms_per_step"]
+        assert r["host_ms_per_step"] + r["device_ms_per_step"] == pytest.approx(r["ms_per_step"])
+    assert report["host_ms_per_step"] == pytest.approx(sum(r["host_ms_per_step"] for r in rounds) / 2)  # median

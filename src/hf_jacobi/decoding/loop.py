@@ -183,16 +183,8 @@ def _step(
             recorder.record(row.index, len(row.generated) - 1, [row.text[-1], *proposals[local][0]])
     starts = [row.position if row is not None else 0 for row in running]
     layout = StepLayout(roots, proposals, pad_id, committed.device, widths=slots.step_widths, starts=starts)
-    logits = forward.call(
-        input_ids=layout.tokens,
-        attention_mask=slots.attention_mask(layout, forward.dtype),
-        position_ids=layout.positions,
-        use_cache=True,
-        **{CACHE_ARGUMENT: cache},
-        **forward.kwargs,
-    ).logits.float()
-    scores = process_column_scores(logits_processor, committed, running, logits, layout)
-    predictions = scores.argmax(dim=-1).tolist()
+    mask = slots.attention_mask(layout, forward.dtype)
+    scores, predictions = _verify(forward, layout, mask, cache, logits_processor, committed, running)
 
     orders, keeps = [list(range(layout.width)) for _ in running], [0] * len(running)
     for local, row in live:
@@ -209,6 +201,30 @@ def _step(
         keeps[local] = len(kept)
     slots.commit_columns(cache, orders, keeps, layout)
     slots.maybe_compact(cache)
+
+
+def _verify(
+    forward: VerifyForward,
+    layout: StepLayout,
+    mask: torch.Tensor | dict[str, torch.Tensor],
+    cache: Cache,
+    logits_processor: LogitsProcessorList,
+    committed: CommittedText,
+    running: list[RowState | None],
+) -> tuple[torch.Tensor, list[list[int]]]:
+    """The device's part of a step: the forward, the processed scores of every column and their argmax, read back
+    (the step's one wait for the device). Everything else a step does is host work the device idles through, which
+    is what `benchmarks/profile_step.py --split` measures by timing this call."""
+    logits = forward.call(
+        input_ids=layout.tokens,
+        attention_mask=mask,
+        position_ids=layout.positions,
+        use_cache=True,
+        **{CACHE_ARGUMENT: cache},
+        **forward.kwargs,
+    ).logits.float()
+    scores = process_column_scores(logits_processor, committed, running, logits, layout)
+    return scores, scores.argmax(dim=-1).tolist()
 
 
 def _commit_row(
