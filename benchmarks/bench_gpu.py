@@ -11,17 +11,22 @@ Three phases, each writing into --output-dir (a phase can run on its own, e.g. a
   16 + recycling, and the shipped default) eager and on the compiled static cache; batch 1 and 8, float32 and
   bfloat16: `decode-<dtype>-b<batch>/bench.json`. In float32 every output must equal greedy's; in bfloat16 the
   share of identical answers and where the others depart are recorded.
+- host: `benchmarks/profile_step.py --split` for each decode entry (2 blocks of 16 + recycling on the compiled static
+  cache, the shipped adapter): a step's host work between two forwards beside its device part, the time the GPU
+  idles per step: `host-<dtype>-b<batch>.json`.
 - summary: `gpu-grade.json` and `gpu-grade.md`: the decoding table, speedup per token-per-forward, the curves, and
   the speedup each curve projects at the measured tokens per forward and at the paper's 4.1 (a projection: it
   assumes the loop's own overhead away).
 
-`--tiny` runs the same phases with a tiny random model on any machine in seconds (the test suite does).
+`--decode float32:1 bfloat16:8` keeps only those entries of the plan (decode and host phases), so that the plan can be
+split across device calls of a few minutes each. `--tiny` runs the same phases with a tiny random model on any machine in seconds (the test suite does).
 About 8 minutes on one H100/H200 for the full plan.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import subprocess
@@ -108,6 +113,30 @@ def run_decode(
             print(f"error: the float32 run at batch {batch} failed (exit {code})", file=sys.stderr, flush=True)
             ok = False
     return ok
+
+
+def run_host(plan: dict, out: Path, tiny: bool) -> None:
+    """The host work per step of each decode entry's batch and dtype (profile_step --split, compiled static path)."""
+    spec = importlib.util.spec_from_file_location("profile_step", Path(__file__).with_name("profile_step.py"))
+    profile_step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile_step)
+    for dtype, batch, _prompts, _rounds in plan["decode"]:
+        argv = ["--batch-size", str(batch), "--dtype", dtype, "--max-new-tokens", plan["max_new_tokens"], "--split"]
+        argv += ["--rounds", "3", "--top", "0", "--output", str(out / f"host-{dtype}-b{batch}.json")]
+        argv += ["--tiny"] if tiny else []
+        print(f"\n== host work {dtype} batch {batch}: profile_step {' '.join(argv)}", flush=True)
+        profile_step.main(argv)
+
+
+def select_decode(plan: dict, chosen: list[str] | None) -> dict:
+    """The plan with only the decode entries named DTYPE:BATCH (all of them when none is named)."""
+    if not chosen:
+        return plan
+    entries = {f"{dtype}:{batch}": entry for entry in plan["decode"] for dtype, batch, *_ in [entry]}
+    unknown = [name for name in chosen if name not in entries]
+    if unknown:
+        raise SystemExit(f"--decode: unknown entries {unknown}; the plan has {sorted(entries)}")
+    return {**plan, "decode": [entries[name] for name in chosen]}
 
 
 def environment() -> dict:
@@ -209,6 +238,16 @@ def projections(out: Path, decode: list[dict]) -> list[dict]:
     return rows
 
 
+def host_rows(out: Path) -> list[dict]:
+    """The host phase's figures, one row per file: the median round of each (profile_step --split)."""
+    rows = []
+    for path in sorted(out.glob("host-*.json")):
+        record = json.loads(path.read_text())
+        median = sorted(record["split_rounds"], key=lambda r: r["host_ms_per_step"])[len(record["split_rounds"]) // 2]
+        rows.append({"dtype": record["dtype"], "batch_size": record["batch_size"], **median})
+    return rows
+
+
 def _cell(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -255,6 +294,23 @@ def write_summary(out: Path, default: JacobiConfig) -> dict:
             f"{p['cost_vs_one_token']:.2f} | {p['measured_forward_saving']:.2f} | {p['projected_speedup']:.2f} | "
             f"{_cell(p['projected_speedup_at_paper_tpf'], '.2f')} |"
         )
+    host = host_rows(out)
+    if host:
+        summary["host"] = host
+        (out / "gpu-grade.json").write_text(json.dumps(summary, indent=2))
+        lines += [
+            "",
+            "Host work per step (benchmarks/profile_step.py --split; 2 blocks of 16 + recycling, compiled static cache): "
+            "the step's time outside its device part (forward launch to the read-back of its predictions).",
+            "",
+            "| dtype | batch | steps | ms per step | device part (ms) | host work (ms) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for h in host:
+            lines.append(
+                f"| {h['dtype']} | {h['batch_size']} | {h['steps']} | {h['ms_per_step']:.2f} | "
+                f"{h['device_ms_per_step']:.2f} | {h['host_ms_per_step']:.2f} |"
+            )
     (out / "gpu-grade.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return summary
@@ -264,22 +320,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", type=Path, default=Path("runs/gpu"))
     parser.add_argument(
-        "--phases", nargs="+", choices=["curves", "decode", "summary"], default=["curves", "decode", "summary"]
+        "--phases",
+        nargs="+",
+        choices=["curves", "decode", "host", "summary"],
+        default=["curves", "decode", "host", "summary"],
     )
+    parser.add_argument("--decode", nargs="+", metavar="DTYPE:BATCH", help="only these entries of the decode plan")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model and tiny sizes: a smoke run anywhere")
     parser.add_argument("--model", type=Path, default=None, help="a local checkpoint instead of the shipped adapter")
     parser.add_argument("--no-compile", action="store_true", help="skip both compiled paths (greedy and Jacobi)")
     parser.add_argument("--static-widths", nargs="+", help="the compiled Jacobi path's width counts, e.g. 1 5 (bench)")
     args = parser.parse_args(argv)
-    plan = TINY if args.tiny else FULL
+    plan = select_decode(TINY if args.tiny else FULL, args.decode)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    if {"curves", "decode"} & set(args.phases):  # the machine that measures, not the one that summarizes
+    if {"curves", "decode", "host"} & set(args.phases):  # the machine that measures, not the one that summarizes
         (args.output_dir / "environment.json").write_text(json.dumps(environment(), indent=2))
     if "curves" in args.phases:
         run_curves(plan, args.output_dir)
     ok = True
     if "decode" in args.phases:
         ok = run_decode(plan, args.output_dir, args.model, not args.no_compile, args.static_widths)
+    if "host" in args.phases and not args.no_compile and args.model is None:
+        run_host(plan, args.output_dir, args.tiny)
     if "summary" in args.phases:
         from transformers import GenerationConfig
 

@@ -96,3 +96,23 @@ def test_step_profile_splits_each_step_into_host_work_and_its_device_part(tmp_pa
         assert 0 < r["host_ms_per_step"] < r["ms_per_step"] and 0 < r["device_ms_per_step"] < r["ms_per_step"]
         assert r["host_ms_per_step"] + r["device_ms_per_step"] == pytest.approx(r["ms_per_step"])
     assert report["host_ms_per_step"] == pytest.approx(sum(r["host_ms_per_step"] for r in rounds) / 2)  # median
+
+
+def test_the_host_phase_runs_the_chosen_entries_and_the_summary_tables_them(tmp_path: Path) -> None:
+    """--decode picks entries of the plan (a device call of a few minutes runs a share of it); the host phase times
+    their host work per step on the compiled path, and the summary shows it beside the decode table."""
+    out = tmp_path / "gpu"
+    assert (
+        _driver().main(["--tiny", "--phases", "host", "summary", "--decode", "float32:2", "--output-dir", str(out)])
+        == 0
+    )
+    assert [p.name for p in out.glob("host-*.json")] == ["host-float32-b2.json"]
+    host = json.loads((out / "gpu-grade.json").read_text())["host"]
+    assert [(h["dtype"], h["batch_size"]) for h in host] == [("float32", 2)]
+    assert host[0]["host_ms_per_step"] > 0 and host[0]["steps"] > 1
+    assert "| float32 | 2 |" in (out / "gpu-grade.md").read_text().split("Host work per step")[1]
+
+
+def test_an_unknown_decode_entry_is_refused_with_the_plans_entries(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"unknown entries \['float16:1'\].*'float32:1'"):
+        _driver().main(["--tiny", "--decode", "float16:1", "--output-dir", str(tmp_path)])

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
@@ -13,7 +16,7 @@ from hf_jacobi.decoding.acceptance import greedy_verdict
 from hf_jacobi.decoding.cache import KVSlots
 from hf_jacobi.decoding.chain import DraftChain
 from hf_jacobi.decoding.masks import AttentionLayout, host_layer_masks, layer_masks
-from hf_jacobi.decoding.recycling import NgramPool
+from hf_jacobi.decoding.recycling import NgramPool, matched_drafts
 from hf_jacobi.decoding.step_layout import Branch, StepLayout
 from tiny_models import EAGER_ONLY, FAMILIES, random_prompts, tiny_model
 
@@ -53,6 +56,60 @@ def test_pool_add_sequence_keys_each_ngram_on_what_precedes_it():
     assert pool.candidates([10], limit=4) == [(11, 12)]
     assert pool.candidates([11], limit=4) == [(12, 13)]
     assert pool.candidates([12], limit=4) == []
+
+
+class _PlainPool:
+    """The pool's rules written as plainly as possible (a list per key, oldest first), to check the fast one against."""
+
+    def __init__(self, capacity, ngram_size, key_size):
+        self.capacity, self.ngram_size, self.key_size = capacity, ngram_size, key_size
+        self.entries = {}
+
+    def add(self, key, ngram):
+        ngram = tuple(ngram[: self.ngram_size])
+        if len(ngram) < min(2, self.ngram_size) or not key:
+            return
+        key = tuple(key[-self.key_size :])
+        for length in range(1, len(key) + 1):
+            bucket = self.entries.setdefault(key[-length:], [])
+            if ngram in bucket:
+                bucket.remove(ngram)
+            bucket.append(ngram)
+            if len(bucket) > self.capacity:
+                bucket.pop(0)
+
+    def add_sequence(self, tokens, first_start, last_start=None):
+        last = len(tokens) - min(2, self.ngram_size) if last_start is None else last_start
+        for start in range(max(first_start, 1), min(last, len(tokens) - min(2, self.ngram_size)) + 1):
+            self.add(tokens[max(0, start - self.key_size) : start], tokens[start : start + self.ngram_size])
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 3)),
+    calls=st.lists(
+        st.tuples(st.lists(st.integers(0, 4), max_size=14), st.integers(0, 15), st.none() | st.integers(0, 15)),
+        max_size=8,
+    ),
+)
+def test_pool_files_exactly_what_adding_ngrams_one_by_one_files(shape, calls):
+    """add_sequence is one tight loop over a window of the tokens; it must keep the same buckets, in the same order,
+    as filing each n-gram on its own (a plain list per key); candidates read nothing else."""
+    capacity, ngram_size, key_size = shape
+    pool, plain = NgramPool(capacity, ngram_size, key_size), _PlainPool(capacity, ngram_size, key_size)
+    for tokens, first, last in calls:
+        pool.add_sequence(tokens, first, last)
+        plain.add_sequence(tokens, first, last)
+        pool.add(tokens[:first], tokens[first:])
+        plain.add(tokens[:first], tokens[first:])
+    assert {key: list(bucket) for key, bucket in pool._entries.items()} == plain.entries
+
+
+def test_matched_drafts_is_the_length_of_greedys_walk_along_the_chain():
+    chain = Branch([0, 1, 2, 3], [5, 6, 7, 8])
+    assert matched_drafts(chain, [6, 7, 9, 0]) == 2 == greedy_verdict([chain], [6, 7, 9, 0]).accepted
+    assert matched_drafts(chain, [6, 7, 8, 0]) == 3 == greedy_verdict([chain], [6, 7, 8, 0]).accepted
+    assert matched_drafts(chain, [1, 7, 8, 0]) == 0
 
 
 # ---- the multi-block chain ----

@@ -84,15 +84,16 @@ def _walk(branches: list[Branch], choose: Callable[[int, list[int]], int]) -> Ve
     choose(column, proposed) returns the token at the level after `column`, given the distinct tokens the branches
     still alive propose there (in branch order).
     """
+    lines = [branch.tokens for branch in branches]
     alive = list(range(len(branches)))
     level = 0
     tokens: list[int] = []
     while True:
-        longer = [b for b in alive if len(branches[b]) > level + 1]
-        proposed = list(dict.fromkeys(branches[b].tokens[level + 1] for b in longer))
+        longer = [b for b in alive if len(lines[b]) > level + 1]
+        proposed = list(dict.fromkeys(lines[b][level + 1] for b in longer))
         chosen = choose(branches[alive[0]].columns[level], proposed)
         tokens.append(chosen)
-        following = [b for b in longer if branches[b].tokens[level + 1] == chosen]
+        following = [b for b in longer if lines[b][level + 1] == chosen]
         if not following:
             break
         alive = following

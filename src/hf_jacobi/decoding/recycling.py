@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .acceptance import greedy_verdict
 from .proposers import StepOutcome
+from .step_layout import Branch
 
 Ngram = tuple[int, ...]
 
@@ -40,34 +40,39 @@ class NgramPool:
         return sum(len(v) for v in self._entries.values())
 
     def add(self, key: Sequence[int], ngram: Sequence[int]) -> None:
-        """Files `ngram` under every suffix of `key` up to key_size tokens long.
-
-        Every step files a few dozen n-grams per row, on the host, between two forwards, so this is kept to dict
-        operations: no list scans or inserts at the front.
-        """
-        ngram = tuple(ngram[: self.ngram_size])
-        if len(ngram) < self.min_size or not key:
-            return
-        key = tuple(key[-self.key_size :])
-        for length in range(1, len(key) + 1):
-            suffix = key[-length:]
-            bucket = self._entries.get(suffix)
-            if bucket is None:
-                bucket = self._entries[suffix] = {}
-            else:
-                bucket.pop(ngram, None)
-            bucket[ngram] = None
-            if len(bucket) > self.capacity:
-                del bucket[next(iter(bucket))]
+        """Files `ngram` under every suffix of `key` up to key_size tokens long."""
+        if key:
+            key = list(key[-self.key_size :])
+            self.add_sequence([*key, *ngram[: self.ngram_size]], first_start=len(key), last_start=len(key))
 
     def add_sequence(self, tokens: Sequence[int], first_start: int, last_start: int | None = None) -> None:
-        """Adds the n-grams of `tokens` that start at indices first_start..last_start, each keyed on what precedes it.
+        """Adds the n-grams of `tokens` that start at indices first_start..last_start, each keyed on what precedes it
+        (as `add` would file them one by one, in order).
 
-        Starts whose n-gram would run past the end of `tokens` store the shorter remainder.
+        Starts whose n-gram would run past the end of `tokens` store the shorter remainder. Every step files a few
+        dozen n-grams per row, on the host, between two forwards (on a GPU the device idles meanwhile), so this is
+        one tight loop of dict operations over one copied window: no list scans or inserts at the front.
         """
         last = len(tokens) - self.min_size if last_start is None else min(last_start, len(tokens) - self.min_size)
-        for start in range(max(first_start, 1), last + 1):
-            self.add(tokens[max(0, start - self.key_size) : start], tokens[start : start + self.ngram_size])
+        first = max(first_start, 1)
+        if first > last:
+            return
+        offset = max(0, first - self.key_size)
+        window = tuple(tokens[offset : last + self.ngram_size])
+        entries, capacity, size, key_size = self._entries, self.capacity, self.ngram_size, self.key_size
+        for start in range(first - offset, last - offset + 1):
+            ngram = window[start : start + size]
+            for length in range(1, min(key_size, start) + 1):
+                key = window[start - length : start]
+                bucket = entries.get(key)
+                if bucket is None:
+                    entries[key] = {ngram: None}
+                    continue
+                if ngram in bucket:
+                    del bucket[ngram]
+                bucket[ngram] = None
+                if len(bucket) > capacity:
+                    del bucket[next(iter(bucket))]
 
     def candidates(self, context: Sequence[int], limit: int, exclude: Sequence[int] = ()) -> list[Ngram]:
         """Up to `limit` distinct n-grams for what follows `context`, longest matching key first, then most recent.
@@ -115,8 +120,17 @@ class RecyclingProposer:
         pool, text, taken, chain = self.pool, outcome.text, outcome.taken, outcome.branches[0]
         size = pool.ngram_size
         pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
-        matched = greedy_verdict([chain], outcome.predictions).accepted
+        matched = matched_drafts(chain, outcome.predictions)
         if matched + 1 < len(chain):
             # Text before this step ends with chain.tokens[0]; the drafts follow it.
             context = text[max(0, len(text) - taken - pool.key_size) : len(text) - taken]
             pool.add_sequence(context + chain.tokens[1:], first_start=len(context) + matched)
+
+
+def matched_drafts(chain: Branch, predictions: list[int]) -> int:
+    """How many of the chain's drafts greedy would have produced: the length of greedy's walk along the chain alone."""
+    tokens, columns = chain.tokens, chain.columns
+    matched = 0
+    while matched + 1 < len(tokens) and predictions[columns[matched]] == tokens[matched + 1]:
+        matched += 1
+    return matched
