@@ -11,7 +11,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from hf_jacobi import JacobiDecoderOnlyOutput, enable_jacobi
 from hf_jacobi.decoding import cache as kv_cache
-from tiny_models import EAGER_ONLY, FAMILIES, PAD, random_prompts, tiny_model
+from tiny_models import EAGER_ONLY, FAMILIES, MORE_FAMILIES, PAD, random_prompts, tiny_model
 
 
 def greedy_and_jacobi(model, ids, mask, block_size=6, **kwargs):
@@ -42,6 +42,35 @@ def test_matches_greedy_across_families(family, attn, batch):
             return_dict_in_generate=True,
         )
         assert torch.equal(out.sequences, greedy), f"block_size={block_size}"
+
+
+@pytest.mark.parametrize("family", sorted(MORE_FAMILIES))
+def test_matches_greedy_on_more_architectures(family):
+    """Jacobi relies on the model taking a 4D additive mask, per-token position ids and a cache it can crop and
+    reorder; every architecture below does, on both caches, with 2 blocks in flight and recycling."""
+    import transformers
+
+    if not all(hasattr(transformers, name) for name in MORE_FAMILIES[family][:2]):
+        pytest.skip(f"this transformers has no {MORE_FAMILIES[family][1]}")
+    model = enable_jacobi(tiny_model(family))
+    ids, mask = random_prompts(3, 9, seed=5)
+    greedy = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=32)
+    settings = dict(jacobi_block_size=4, jacobi_num_blocks=2, jacobi_ngram_pool_size=2, return_dict_in_generate=True)
+    forwards = []
+    for cache in (None, "static"):
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=32,
+            decoding="jacobi",
+            cache_implementation=cache,
+            **settings,
+        )
+        assert torch.equal(out.sequences, greedy), (family, cache)
+        forwards.append(out.forward_passes.tolist())
+    # drafts were accepted (fewer forwards than tokens), and both caches took the same steps
+    assert sum(forwards[0]) < 3 * 31 and forwards[0] == forwards[1]
 
 
 def test_sliding_window_is_exercised():

@@ -59,6 +59,36 @@ FAMILIES = {
 }
 
 
+# More architectures, each checked for exactness in one test (test_decoding_equivalence): learned absolute positions
+# (GPT-2, OPT), parallel attention and MLP (GPT-NeoX, Falcon, Phi), partial rotary (Phi, StableLM), mixtures of experts
+# (Qwen3-MoE), QK norms (OLMo2, Cohere), mixed sliding layers (Gemma3), scaled residuals (Granite). Classes are looked
+# up by name, so a transformers without one skips it instead of breaking the import.
+MORE_FAMILIES = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"n_inner": 64}),
+    "opt": ("OPTConfig", "OPTForCausalLM", {"ffn_dim": 64, "word_embed_proj_dim": 32}),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
+    "falcon": ("FalconConfig", "FalconForCausalLM", {"num_kv_heads": 2, "new_decoder_architecture": True}),
+    "phi": ("PhiConfig", "PhiForCausalLM", {}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        {"head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
+    ),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "cohere": ("CohereConfig", "CohereForCausalLM", {}),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {"head_dim": 8, "sliding_window": 8, "query_pre_attn_scalar": 8, "sliding_window_pattern": 2},
+    ),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {}),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"head_dim": 8}),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", {}),
+}
+
+
 # Gemma2 has no sdpa path in transformers: it always runs eager attention.
 EAGER_ONLY = {"gemma2"}
 
@@ -66,7 +96,13 @@ EAGER_ONLY = {"gemma2"}
 @functools.lru_cache(maxsize=64)
 def tiny_model(family: str, seed: int = 0, attn_implementation: str = "sdpa"):
     """An eval-mode float32 model; cached, so tests must not modify it (enable_jacobi is fine: it is idempotent)."""
-    config_cls, model_cls, extra = FAMILIES[family]
+    if family in FAMILIES:
+        config_cls, model_cls, extra = FAMILIES[family]
+    else:
+        import transformers
+
+        config_name, model_name, extra = MORE_FAMILIES[family]
+        config_cls, model_cls = getattr(transformers, config_name), getattr(transformers, model_name)
     config = config_cls(**{**TINY_CONFIG, **extra})
     if family in EAGER_ONLY:
         attn_implementation = "eager"
