@@ -65,7 +65,10 @@ def _wheels(target: Path, wheels_from: Path | None, python_version: str) -> list
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
         command += ["--python-version", python_version, "-d", str(target), f"{package}=={version}"]
         subprocess.run(command, check=True)
-        found.extend(sorted(target.glob(f"{stem}*.whl"))[-1:])
+        downloaded = sorted(target.glob(f"{stem}*.whl"))
+        if not downloaded:
+            raise SystemExit(f"pip download left no wheel of {package}=={version} in {target}")
+        found.append(downloaded[-1])
     return found
 
 
