@@ -29,6 +29,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -79,7 +80,12 @@ def build(out: Path, part_mib: float, wheels_from: Path | None, python_version: 
 
         gguf = find_gguf_file()
     limit = int(part_mib * 2**20)
-    shutil.rmtree(out, ignore_errors=True)
+    strangers = [p.name for p in out.iterdir() if not re.fullmatch(r"part-\d+|wheels", p.name)] if out.is_dir() else []
+    if strangers or (out.exists() and not out.is_dir()):
+        raise SystemExit(
+            f"{out} holds more than an earlier kit ({strangers or 'a file'}); name an empty or new folder"
+        )
+    shutil.rmtree(out, ignore_errors=True)  # an earlier kit only
     wheels = _wheels(out / "wheels", wheels_from, python_version)
     packed = gzip.compress(gguf.read_bytes(), compresslevel=6)
     room = limit - sum(w.stat().st_size for w in wheels) - 2**16

@@ -188,3 +188,11 @@ def test_hide_leaves_tracked_folders_out_of_the_carried_tree_and_unhide_restores
     assert kit.unhide(tmp_path) == ["big"]
     assert git("status", "--porcelain") == "" and "hidden by" not in (tmp_path / ".git/info/exclude").read_text()
     assert kit.unhide(tmp_path) == []
+
+
+def test_the_gpu_kit_never_overwrites_a_folder_that_is_not_a_kit(tmp_path: Path) -> None:
+    kit = _driver("gpu_kit")
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match=r"holds more than an earlier kit \(\['notes\.txt'\]\)"):
+        kit.build(tmp_path, 1.0, None, "3.12", tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -29,6 +29,7 @@ import difflib
 import functools
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -998,6 +999,26 @@ def host_work_cpu(page: Page) -> str:
                 f"| {batch} | {page.ref(f'{HOST_WORK}/{name}.json', label)} | {run['steps']} | "
                 f"{bold}{run['ops_per_step']:.1f}{bold} | {common} | {run['ms_per_step']:.0f} |"
             )
+    return "\n".join(lines)
+
+
+@block("host-split-cpu")
+def host_split_cpu(page: Page) -> str:
+    """Each step's host work beside its device part on the compiled static path (profile_step --split): the rounds'
+    median and every round's host figure."""
+    lines = [
+        "| batch | steps | ms per step | forward to read-back (ms) | host work (ms) | host work, each round (ms) | file |",
+        "|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for batch in (1, 8):
+        name = f"{HOST_WORK}/split-batch{batch}.json"
+        run = load(name)
+        rounds = ", ".join(f"{r['host_ms_per_step']:.1f}" for r in run["split_rounds"])
+        total = statistics.median(r["ms_per_step"] for r in run["split_rounds"])
+        lines.append(
+            f"| {batch} | {run['steps']} | {total:.0f} | {run['device_ms_per_step']:.0f} | "
+            f"**{run['host_ms_per_step']:.1f}** | {rounds} | {page.ref(name, 'json')} |"
+        )
     return "\n".join(lines)
 
 
