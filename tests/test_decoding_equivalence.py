@@ -44,6 +44,9 @@ def test_matches_greedy_across_families(family, attn, batch):
         assert torch.equal(out.sequences, greedy), f"block_size={block_size}"
 
 
+OUTPUT_DICT = {"do_sample": False, "return_dict_in_generate": True}
+
+
 @pytest.mark.parametrize("family", sorted(MORE_FAMILIES))
 def test_matches_greedy_on_more_architectures(family):
     """Jacobi relies on the model taking a 4D additive mask, per-token position ids and a cache it can crop and
@@ -55,20 +58,13 @@ def test_matches_greedy_on_more_architectures(family):
     model = enable_jacobi(tiny_model(family))
     ids, mask = random_prompts(3, 9, seed=5)
     greedy = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=32)
-    settings = dict(jacobi_block_size=4, jacobi_num_blocks=2, jacobi_ngram_pool_size=2, return_dict_in_generate=True)
-    forwards = []
-    for cache in (None, "static"):
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=32,
-            decoding="jacobi",
-            cache_implementation=cache,
-            **settings,
-        )
-        assert torch.equal(out.sequences, greedy), (family, cache)
-        forwards.append(out.forward_passes.tolist())
+    jacobi = dict(decoding="jacobi", jacobi_block_size=4, jacobi_num_blocks=2, jacobi_ngram_pool_size=2)
+    runs = [
+        model.generate(ids, attention_mask=mask, max_new_tokens=32, cache_implementation=c, **jacobi, **OUTPUT_DICT)
+        for c in (None, "static")
+    ]
+    assert all(torch.equal(out.sequences, greedy) for out in runs), family
+    forwards = [out.forward_passes.tolist() for out in runs]
     # drafts were accepted (fewer forwards than tokens), and both caches took the same steps
     assert sum(forwards[0]) < 3 * 31 and forwards[0] == forwards[1]
 
