@@ -143,7 +143,8 @@ def install(stage_dir: Path = STAGE, pip: bool = True) -> Path:
     if _sha256(gguf) != manifest["sha256"]:
         raise SystemExit(f"{gguf}: sha256 differs from the kit's {manifest['sha256']}; stage the parts again")
     if pip:
-        command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site)]
+        command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade"]
+        command += ["--no-compile", "--target", str(site)]  # --upgrade: a second install replaces the first
         subprocess.run(command + [str(stage_dir / "wheels" / w) for w in manifest["wheels"]], check=True)
     return gguf
 
