@@ -19,7 +19,8 @@ Three phases, each writing into --output-dir (a phase can run on its own, e.g. a
   assumes the loop's own overhead away).
 
 `--decode float32:1 bfloat16:8` keeps only those entries of the plan (decode and host phases), so that the plan can be
-split across device calls of a few minutes each. `--tiny` runs the same phases with a tiny random model on any machine in seconds (the test suite does).
+split across device calls of a few minutes each. `--tiny` runs the same phases with a tiny random model on any machine
+in seconds (the test suite does).
 About 8 minutes on one H100/H200 for the full plan.
 """
 
@@ -29,6 +30,7 @@ import argparse
 import importlib.util
 import json
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -132,7 +134,7 @@ def select_decode(plan: dict, chosen: list[str] | None) -> dict:
     """The plan with only the decode entries named DTYPE:BATCH (all of them when none is named)."""
     if not chosen:
         return plan
-    entries = {f"{dtype}:{batch}": entry for entry in plan["decode"] for dtype, batch, *_ in [entry]}
+    entries = {f"{entry[0]}:{entry[1]}": entry for entry in plan["decode"]}
     unknown = [name for name in chosen if name not in entries]
     if unknown:
         raise SystemExit(f"--decode: unknown entries {unknown}; the plan has {sorted(entries)}")
@@ -239,12 +241,21 @@ def projections(out: Path, decode: list[dict]) -> list[dict]:
 
 
 def host_rows(out: Path) -> list[dict]:
-    """The host phase's figures, one row per file: the median round of each (profile_step --split)."""
+    """The host phase's figures, one row per file: the medians over its rounds that profile_step --split wrote (the
+    step's own median taken the same way, as docs/results.md renders the CPU's)."""
     rows = []
     for path in sorted(out.glob("host-*.json")):
         record = json.loads(path.read_text())
-        median = sorted(record["split_rounds"], key=lambda r: r["host_ms_per_step"])[len(record["split_rounds"]) // 2]
-        rows.append({"dtype": record["dtype"], "batch_size": record["batch_size"], **median})
+        rows.append(
+            {
+                "dtype": record["dtype"],
+                "batch_size": record["batch_size"],
+                "steps": record["steps"],
+                "ms_per_step": statistics.median(r["ms_per_step"] for r in record["split_rounds"]),
+                "device_ms_per_step": record["device_ms_per_step"],
+                "host_ms_per_step": record["host_ms_per_step"],
+            }
+        )
     return rows
 
 
@@ -262,6 +273,9 @@ def write_summary(out: Path, default: JacobiConfig) -> dict:
         "projections": projected,
         "paper_tokens_per_forward": PAPER_TOKENS_PER_FORWARD,
     }
+    host = host_rows(out)
+    if host:
+        summary["host"] = host
     (out / "gpu-grade.json").write_text(json.dumps(summary, indent=2))
     lines = [
         "| dtype | batch | setting | width | tokens/forward | batch forwards | tok/s | x generate | x best greedy | "
@@ -294,10 +308,7 @@ def write_summary(out: Path, default: JacobiConfig) -> dict:
             f"{p['cost_vs_one_token']:.2f} | {p['measured_forward_saving']:.2f} | {p['projected_speedup']:.2f} | "
             f"{_cell(p['projected_speedup_at_paper_tpf'], '.2f')} |"
         )
-    host = host_rows(out)
     if host:
-        summary["host"] = host
-        (out / "gpu-grade.json").write_text(json.dumps(summary, indent=2))
         lines += [
             "",
             "Host work per step (benchmarks/profile_step.py --split; 2 blocks of 16 + recycling, compiled static cache): "

@@ -16,7 +16,7 @@ from hf_jacobi.decoding.acceptance import greedy_verdict
 from hf_jacobi.decoding.cache import KVSlots
 from hf_jacobi.decoding.chain import DraftChain
 from hf_jacobi.decoding.masks import AttentionLayout, host_layer_masks, layer_masks
-from hf_jacobi.decoding.recycling import NgramPool, matched_drafts
+from hf_jacobi.decoding.recycling import NgramPool
 from hf_jacobi.decoding.step_layout import Branch, StepLayout
 from tiny_models import EAGER_ONLY, FAMILIES, random_prompts, tiny_model
 
@@ -103,13 +103,6 @@ def test_pool_files_exactly_what_adding_ngrams_one_by_one_files(shape, calls):
         pool.add(tokens[:first], tokens[first:])
         plain.add(tokens[:first], tokens[first:])
     assert {key: list(bucket) for key, bucket in pool._entries.items()} == plain.entries
-
-
-def test_matched_drafts_is_the_length_of_greedys_walk_along_the_chain():
-    chain = Branch([0, 1, 2, 3], [5, 6, 7, 8])
-    assert matched_drafts(chain, [6, 7, 9, 0]) == 2 == greedy_verdict([chain], [6, 7, 9, 0]).accepted
-    assert matched_drafts(chain, [6, 7, 8, 0]) == 3 == greedy_verdict([chain], [6, 7, 8, 0]).accepted
-    assert matched_drafts(chain, [1, 7, 8, 0]) == 0
 
 
 # ---- the multi-block chain ----

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .acceptance import greedy_verdict
 from .proposers import StepOutcome
-from .step_layout import Branch
 
 Ngram = tuple[int, ...]
 
@@ -120,17 +120,8 @@ class RecyclingProposer:
         pool, text, taken, chain = self.pool, outcome.text, outcome.taken, outcome.branches[0]
         size = pool.ngram_size
         pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
-        matched = matched_drafts(chain, outcome.predictions)
+        matched = greedy_verdict([chain], outcome.predictions).accepted
         if matched + 1 < len(chain):
             # Text before this step ends with chain.tokens[0]; the drafts follow it.
             context = text[max(0, len(text) - taken - pool.key_size) : len(text) - taken]
             pool.add_sequence(context + chain.tokens[1:], first_start=len(context) + matched)
-
-
-def matched_drafts(chain: Branch, predictions: list[int]) -> int:
-    """How many of the chain's drafts greedy would have produced: the length of greedy's walk along the chain alone."""
-    tokens, columns = chain.tokens, chain.columns
-    matched = 0
-    while matched + 1 < len(tokens) and predictions[columns[matched]] == tokens[matched + 1]:
-        matched += 1
-    return matched
