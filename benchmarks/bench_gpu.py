@@ -96,7 +96,12 @@ def run_curves(plan: dict, out: Path) -> None:
 
 
 def run_decode(
-    plan: dict, out: Path, model: Path | None, compile_paths: bool, widths: list[str] | None = None
+    plan: dict,
+    out: Path,
+    model: Path | None,
+    compile_paths: bool,
+    widths: list[str] | None = None,
+    eager_jacobi: bool = True,
 ) -> bool:
     """Every decode run of the plan; False when a float32 run failed (in float32 every output must equal greedy's)."""
     ok = True
@@ -105,9 +110,10 @@ def run_decode(
         argv += ["--max-new-tokens", plan["max_new_tokens"], "--rounds", str(rounds), "--model-defaults"]
         argv += ["--block-sizes", "16", "--variants", "both", "--output-dir", str(out / f"decode-{dtype}-b{batch}")]
         argv += ["--model", str(model)] if model is not None else ["--jacobi-forcing"]
-        argv += (
-            ["--jacobi-paths", "eager", "compiled"] if compile_paths else ["--jacobi-paths", "eager", "--no-compile"]
-        )
+        if not compile_paths:
+            argv += ["--jacobi-paths", "eager", "--no-compile"]
+        else:
+            argv += ["--jacobi-paths", *(["eager"] if eager_jacobi else []), "compiled"]
         argv += ["--static-widths", *widths] if widths and compile_paths else []
         print(f"\n== decode {dtype} batch {batch}: hf-jacobi {' '.join(argv)}", flush=True)
         code = hf_jacobi(argv)
@@ -340,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny random model and tiny sizes: a smoke run anywhere")
     parser.add_argument("--model", type=Path, default=None, help="a local checkpoint instead of the shipped adapter")
     parser.add_argument("--no-compile", action="store_true", help="skip both compiled paths (greedy and Jacobi)")
+    parser.add_argument(
+        "--compiled-jacobi-only",
+        action="store_true",
+        help="leave out the eager Jacobi rows (at batch 1 the slowest rows after plain generate) to fit a short lease",
+    )
     parser.add_argument("--static-widths", nargs="+", help="the compiled Jacobi path's width counts, e.g. 1 5 (bench)")
     args = parser.parse_args(argv)
     plan = select_decode(TINY if args.tiny else FULL, args.decode)
@@ -350,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         run_curves(plan, args.output_dir)
     ok = True
     if "decode" in args.phases:
-        ok = run_decode(plan, args.output_dir, args.model, not args.no_compile, args.static_widths)
+        if args.compiled_jacobi_only and args.no_compile:
+            parser.error("--compiled-jacobi-only needs the compiled paths: drop --no-compile")
+        eager = not args.compiled_jacobi_only
+        ok = run_decode(plan, args.output_dir, args.model, not args.no_compile, args.static_widths, eager)
     if "host" in args.phases and not args.no_compile and args.model is None:
         run_host(plan, args.output_dir, args.tiny)
     if "summary" in args.phases:

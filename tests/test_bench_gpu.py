@@ -119,6 +119,19 @@ def test_an_unknown_decode_entry_is_refused_with_the_plans_entries(tmp_path: Pat
         _driver().main(["--tiny", "--decode", "float16:1", "--output-dir", str(tmp_path)])
 
 
+def test_compiled_jacobi_only_leaves_the_eager_jacobi_rows_out(tmp_path: Path, monkeypatch) -> None:
+    driver = _driver()
+    calls: list[list[str]] = []
+    monkeypatch.setattr(driver, "hf_jacobi", lambda argv: calls.append(argv) or 0)
+    argv = ["--tiny", "--phases", "decode", "--decode", "float32:1", "--output-dir", str(tmp_path)]
+    assert driver.main([*argv, "--compiled-jacobi-only"]) == 0
+    assert driver.main(argv) == 0
+    paths = [call[call.index("--jacobi-paths") + 1 : call.index("--jacobi-paths") + 3] for call in calls]
+    assert paths[0][0] == "compiled" and paths[1] == ["eager", "compiled"]
+    with pytest.raises(SystemExit):  # nothing compiled would be left to run
+        driver.main([*argv, "--compiled-jacobi-only", "--no-compile"])
+
+
 def _kit(tmp_path: Path, payload: bytes):
     """A kit of fake wheels (named as this venv's versions, so nothing is downloaded) and a fake GGUF."""
     from importlib import metadata
