@@ -212,8 +212,10 @@ def decode_rows(out: Path, default: JacobiConfig) -> list[dict]:
     return rows
 
 
-def projections(out: Path, decode: list[dict]) -> list[dict]:
-    """Speedup a curve projects for a setting: forward saving / (cost of its width / cost of one token)."""
+def projections(curves: Path, decode: list[dict]) -> list[dict]:
+    """Speedup a curve projects for a setting: forward saving / (cost of its width / cost of one token); the curves
+    are the `curve-*.json` files of the folder `curves` (a forward's cost does not depend on the weights, so a decode
+    run may take the curves of an earlier run on the same card)."""
     # (dtype, batch, width) -> forward saving (greedy's batch forwards / the setting's), of the compiled path where it
     # ran (in float32 the same tokens as the eager path; in bfloat16 the compiled kernels round differently, so the
     # answers and their count can differ)
@@ -222,7 +224,7 @@ def projections(out: Path, decode: list[dict]) -> list[dict]:
         if row["kind"] == "jacobi" and row["forward_saving"]:
             measured.setdefault((row["dtype"], row["batch_size"], row["width"]), row["forward_saving"])
     rows = []
-    for path in sorted(out.glob("curve-*.json")):
+    for path in sorted(curves.glob("curve-*.json")):
         record = json.loads(path.read_text())
         for entry in record["curves"]:
             costs = {point["tokens"]: point["vs_one_token"] for point in entry["curve"]}
@@ -269,15 +271,16 @@ def _cell(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def write_summary(out: Path, default: JacobiConfig) -> dict:
+def write_summary(out: Path, default: JacobiConfig, curves: Path | None = None) -> dict:
     decode = decode_rows(out, default)
-    projected = projections(out, decode)
+    projected = projections(out if curves is None else curves, decode)
     env_path = out / "environment.json"
     summary = {
         "environment": json.loads(env_path.read_text()) if env_path.exists() else environment(),
         "decode": decode,
         "projections": projected,
         "paper_tokens_per_forward": PAPER_TOKENS_PER_FORWARD,
+        "curves_from": None if curves is None else curves.as_posix(),
     }
     host = host_rows(out)
     if host:
@@ -302,7 +305,8 @@ def write_summary(out: Path, default: JacobiConfig) -> dict:
         "the tokens per forward).",
         "",
         "Projection (not a measurement): forward saving / forward cost at the setting's width, from each curve; at the "
-        "paper's tokens per forward for batch 1 only.",
+        "paper's tokens per forward for batch 1 only."
+        + ("" if curves is None else f" Curves from {curves.as_posix()} (the same card, an earlier run)."),
         "",
         "| architecture | dtype | batch | width | cost vs 1 token | measured forward saving | projected x | "
         f"projected x at {PAPER_TOKENS_PER_FORWARD} |",
@@ -351,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave out the eager Jacobi rows (at batch 1 the slowest rows after plain generate) to fit a short lease",
     )
+    parser.add_argument(
+        "--curves-from",
+        type=Path,
+        default=None,
+        help="the folder whose curve-*.json the summary projects from (default: --output-dir)",
+    )
     parser.add_argument("--static-widths", nargs="+", help="the compiled Jacobi path's width counts, e.g. 1 5 (bench)")
     args = parser.parse_args(argv)
     plan = select_decode(TINY if args.tiny else FULL, args.decode)
@@ -374,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
 
         source = args.model if args.model is not None else JACOBI_FORCING_WEIGHTS
         default = JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(source))
-        write_summary(args.output_dir, default)
+        if args.curves_from is not None and not sorted(args.curves_from.glob("curve-*.json")):
+            parser.error(f"--curves-from {args.curves_from}: no curve-*.json there (the curves phase writes them)")
+        write_summary(args.output_dir, default, args.curves_from)
     return 0 if ok else 1
 
 

@@ -132,6 +132,26 @@ def test_compiled_jacobi_only_leaves_the_eager_jacobi_rows_out(tmp_path: Path, m
         driver.main([*argv, "--compiled-jacobi-only", "--no-compile"])
 
 
+def test_the_summary_projects_from_the_curves_of_another_run(tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(ROOT / "docs/results/gpu-h200-shipped/decode-float32-b1", out / "decode-float32-b1")
+    curves = ROOT / "docs/results/gpu-h200-grade"
+    argv = ["--phases", "summary", "--output-dir", str(out)]
+    assert _driver().main([*argv, "--curves-from", str(curves)]) == 0
+    summary = json.loads((out / "gpu-grade.json").read_text())
+    assert summary["curves_from"] == curves.as_posix()
+    projected = [p for p in summary["projections"] if p["architecture"] == "smollm2-135m"]
+    assert {(p["dtype"], p["batch_size"]) for p in projected} == {("float32", 1)}  # only the decoded entry's
+    for p in projected:
+        assert p["projected_speedup"] == pytest.approx(p["measured_forward_saving"] / p["cost_vs_one_token"])
+    assert _driver().main(argv) == 0  # no curves beside the run: nothing projected
+    assert json.loads((out / "gpu-grade.json").read_text())["projections"] == []
+    with pytest.raises(SystemExit):
+        _driver().main([*argv, "--curves-from", str(tmp_path / "empty")])
+
+
 def _kit(tmp_path: Path, payload: bytes):
     """A kit of fake wheels (named as this venv's versions, so nothing is downloaded) and a fake GGUF."""
     from importlib import metadata
