@@ -84,6 +84,8 @@ def _walk(branches: list[Branch], choose: Callable[[int, list[int]], int]) -> Ve
     choose(column, proposed) returns the token at the level after `column`, given the distinct tokens the branches
     still alive propose there (in branch order).
     """
+    if len(branches) == 1:
+        return _walk_line(branches[0], choose)
     lines = [branch.tokens for branch in branches]
     alive = list(range(len(branches)))
     level = 0
@@ -99,3 +101,19 @@ def _walk(branches: list[Branch], choose: Callable[[int, list[int]], int]) -> Ve
         alive = following
         level += 1
     return Verdict(tokens, branches[alive[0]].columns[: level + 1], alive[0])
+
+
+def _walk_line(branch: Branch, choose: Callable[[int, list[int]], int]) -> Verdict:
+    """`_walk` over one branch, the same verdict without the tree's bookkeeping: every row's pool walks its chain alone
+    each step (`RecyclingProposer.observe`), on the host, between two forwards."""
+    line, columns = branch.tokens, branch.columns
+    last = len(line) - 1
+    tokens: list[int] = []
+    level = 0
+    while True:
+        proposed = line[level + 1] if level < last else None
+        chosen = choose(columns[level], [] if proposed is None else [proposed])
+        tokens.append(chosen)
+        if proposed is None or chosen != proposed:
+            return Verdict(tokens, columns[: level + 1], 0)
+        level += 1

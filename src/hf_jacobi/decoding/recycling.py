@@ -67,12 +67,11 @@ class NgramPool:
                 bucket = entries.get(key)
                 if bucket is None:
                     entries[key] = {ngram: None}
-                    continue
-                if ngram in bucket:
-                    del bucket[ngram]
-                bucket[ngram] = None
-                if len(bucket) > capacity:
-                    del bucket[next(iter(bucket))]
+                elif next(reversed(bucket)) != ngram:  # the rolling chain files the same tail again and again
+                    bucket.pop(ngram, None)
+                    bucket[ngram] = None
+                    if len(bucket) > capacity:
+                        del bucket[next(iter(bucket))]
 
     def candidates(self, context: Sequence[int], limit: int, exclude: Sequence[int] = ()) -> list[Ngram]:
         """Up to `limit` distinct n-grams for what follows `context`, longest matching key first, then most recent.
