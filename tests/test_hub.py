@@ -309,9 +309,13 @@ def test_export_weights_keeps_the_adapters_own_jacobi_settings_unless_a_flag_ove
     assert exported("no-pool", "--ngram-pool-size", "0") == dataclasses.replace(
         OWN_SETTINGS, ngram_pool_size=0, verify_size=None
     )
+    assert exported("auto", "--cache-implementation", "auto") == OWN_SETTINGS.replace(cache_implementation="auto")
     with pytest.raises(SystemExit):
         main(["export-weights", "--help"])
-    assert " ".join(capsys.readouterr().out.split()).count("default: the adapter's, else") == 5
+    assert " ".join(capsys.readouterr().out.split()).count("default: the adapter's, else") == 6
+    with pytest.raises(SystemExit):
+        main(["export-weights", str(source), "--cache-implementation", "paged"])
+    assert "invalid choice: 'paged'" in capsys.readouterr().err
 
 
 def test_push_help_says_the_checkpoints_settings_are_the_defaults(capsys):

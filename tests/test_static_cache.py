@@ -322,7 +322,7 @@ def test_compile_follows_transformers_rules_unless_told(monkeypatch):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"jacobi_cache_implementation": "paged"}, r"jacobi_cache_implementation must be one of \['dynamic', "),
+        ({"jacobi_cache_implementation": "paged"}, r"must be one of \['auto', 'dynamic', 'static'\], got 'paged'"),
         ({"jacobi_compile": "yes"}, r"jacobi_compile must be one of \['auto', 'always', 'never'\], got 'yes'"),
         ({"jacobi_compile": "always"}, r"jacobi_compile='always' .* needs jacobi_cache_implementation='static'"),
         ({"jacobi_static_widths": 2}, r"jacobi_static_widths=2 sets .* needs jacobi_cache_implementation='static'"),

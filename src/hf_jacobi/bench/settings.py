@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from transformers import CompileConfig
 
-from ..decoding.config import JacobiConfig
+from ..decoding.cache_choice import on_dynamic_cache
+from ..decoding.config import AUTO_CACHE, JacobiConfig
 from .common import VARIANTS, variant_config
 
 AR = "ar"
@@ -99,8 +100,8 @@ def compiled_path(config: JacobiConfig, static_widths: int | None = None) -> Jac
 def _on_path(config: JacobiConfig, path: str, static_widths: int | None = None) -> JacobiConfig:
     if path not in JACOBI_PATHS:
         raise ValueError(f"unknown Jacobi path {path!r}; accepted: {list(JACOBI_PATHS)}")
-    if path == EAGER:
-        return config
+    if path == EAGER:  # an "auto" cache runs eagerly on the dynamic cache here on every device; COMPILED is its twin
+        return on_dynamic_cache(config) if config.cache_implementation == AUTO_CACHE else config
     compile_mode = "always" if path == COMPILED else "never"
     return config.replace(cache_implementation="static", compile=compile_mode, static_widths=static_widths)
 

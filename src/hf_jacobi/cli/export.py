@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..decoding.config import JacobiConfig
+from ..decoding.config import CACHE_CHOICES, JacobiConfig
 from .arg_types import non_negative_int, positive_int
 from .common import CliError, writable_output
 
@@ -30,6 +30,7 @@ def run_export_command(args: argparse.Namespace) -> int:
             ngram_pool_size=args.ngram_pool_size,
             verify_size=args.verify_size,
             ngram_size=args.ngram_size,
+            cache_implementation=args.cache_implementation,
         )
         folder = export_adapter(args.adapter, target, jacobi)
     except ValueError as error:
@@ -57,5 +58,12 @@ def add_parser(commands) -> None:
     )
     parser.add_argument(
         "--ngram-size", type=positive_int, default=None, help=f"tokens per recycled candidate ({own} block - 1)"
+    )
+    parser.add_argument(
+        "--cache-implementation",
+        choices=list(CACHE_CHOICES),
+        default=None,
+        help=f"the cache generate(decoding='jacobi') uses ({own} 'dynamic'); 'auto': the compiled static cache where "
+        "generate compiles (an accelerator), the dynamic one elsewhere",
     )
     parser.set_defaults(handler=run_export_command)

@@ -62,7 +62,7 @@ def check_generation_config(
         )
     if cache is not None and getattr(cache, "_is_user_defined", False):
         raise ValueError("decoding='jacobi' builds its own cache: do not pass `cache` (or `past_key_values`).")
-    if config.cache_implementation != "static" and getattr(generation_config, "compile_config", None) is not None:
+    if config.cache_implementation == "dynamic" and getattr(generation_config, "compile_config", None) is not None:
         raise ValueError(
             "decoding='jacobi' compiles only the static cache's verify forward: compile_config needs "
             "cache_implementation='static'."

@@ -22,6 +22,13 @@ CACHE_IMPLEMENTATIONS = ("dynamic", "static")
 """Caches the Jacobi loop runs on: "dynamic" grows and crops a `DynamicCache`; "static" preallocates a fixed-size cache
 and verifies every step with the same forward shape, so that the forward can be compiled (a CUDA graph on a GPU)."""
 
+AUTO_CACHE = "auto"
+"""`jacobi_cache_implementation="auto"`: the static cache where its verify forward would be compiled (`compile` "auto"
+as transformers' generate decides, i.e. on an accelerator; or "always"), the dynamic cache elsewhere. Each call
+resolves it (`cache_choice.resolve_cache`), on the model's device."""
+
+CACHE_CHOICES = (AUTO_CACHE, *CACHE_IMPLEMENTATIONS)
+
 COMPILE_MODES = ("auto", "always", "never")
 """When the static path compiles its verify forward: "auto" follows transformers' generate (on an accelerator, or
 where `compile_config` asks for every device, unless `disable_compile`); "always" compiles on any device, the CPU
@@ -53,9 +60,11 @@ class JacobiConfig:
             when the longest finds fewer than `verify_size` candidates.
         draft_seed: Seed of the generator that draws the initial draft tokens from the prompt. Fixed by default so that
             two identical calls spend the same number of forwards; it never changes the output.
-        cache_implementation: "dynamic" (a cache that grows and is cropped) or "static" (preallocated, every verify
-            forward of a call the same width, so it can be compiled). A call's or a generation config's own
-            `cache_implementation` counts as this setting where this one is not set beside it.
+        cache_implementation: "dynamic" (a cache that grows and is cropped), "static" (preallocated, every verify
+            forward of a call the same width, so it can be compiled) or "auto" (static where that forward would be
+            compiled: on an accelerator, where the compiled path is what makes Jacobi faster than compiled greedy;
+            dynamic on a CPU, where compiling costs minutes before the first token). A call's or a generation
+            config's own `cache_implementation` counts as this setting where this one is not set beside it.
         compile: When the static path compiles its verify forward: "auto" (as transformers' generate decides: on an
             accelerator, or where `compile_config` asks for every device), "always" (any device, the CPU included)
             or "never". Only the static cache can be compiled.
@@ -96,16 +105,15 @@ class JacobiConfig:
         _check_int("ngram_key_size", self.ngram_key_size, minimum=1)
         if isinstance(self.draft_seed, bool) or not isinstance(self.draft_seed, int):
             raise ValueError(f"jacobi_draft_seed must be an integer, got {self.draft_seed!r}.")
-        if self.cache_implementation not in CACHE_IMPLEMENTATIONS:
+        if self.cache_implementation not in CACHE_CHOICES:
             raise ValueError(
-                f"jacobi_cache_implementation must be one of {list(CACHE_IMPLEMENTATIONS)}, "
-                f"got {self.cache_implementation!r}."
+                f"jacobi_cache_implementation must be one of {list(CACHE_CHOICES)}, got {self.cache_implementation!r}."
             )
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"jacobi_compile must be one of {list(COMPILE_MODES)}, got {self.compile!r}.")
         if self.static_widths is not None:
             _check_int("static_widths", self.static_widths, minimum=1)
-        if self.cache_implementation != "static":
+        if self.cache_implementation == "dynamic":
             if self.compile == "always":
                 _needs_static("jacobi_compile='always' compiles the static path's verify forward", self)
             if self.static_widths is not None:
@@ -221,12 +229,14 @@ class JacobiConfig:
                 parts.append(f"{self.verify_size} verified per step")
             if self.ngram_size is not None:
                 parts.append(f"{self.ngram_size}-token candidates")
-        if self.cache_implementation == "static":
+        if self.cache_implementation != "dynamic":
             parts.append(self.describe_cache())
         return ", ".join(parts)
 
     def describe_cache(self) -> str:
         """The cache part of `describe`, e.g. "compiled static cache in 5 widths" (bench names its paths with it)."""
+        if self.cache_implementation == AUTO_CACHE:
+            return "static cache where compiled"
         if self.cache_implementation != "static":
             return "dynamic cache"
         names = {"auto": "static cache", "always": "compiled static cache", "never": "eager static cache"}

@@ -28,6 +28,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from .acceptance import AcceptanceRule, Verdict, acceptance_rule
 from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
+from .cache_choice import resolve_cache
 from .chain import DraftChain
 from .checks import check_generation_config, check_memory, forward_widths
 from .config import JacobiConfig
@@ -87,8 +88,8 @@ def jacobi_decode(
     **model_kwargs,
 ) -> JacobiDecoderOnlyOutput | torch.LongTensor:
     """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls."""
-    config, recorder = jacobi_runtime.config, jacobi_runtime.recorder
-    check_generation_config(model, generation_config, model_kwargs, config)
+    check_generation_config(model, generation_config, model_kwargs, jacobi_runtime.config)
+    config, recorder = resolve_cache(jacobi_runtime.config, model, generation_config), jacobi_runtime.recorder
     accept = acceptance_rule(bool(generation_config.do_sample))
     pad_id = generation_config._pad_token_tensor
     pad_id = int(pad_id) if pad_id is not None else 0

@@ -33,6 +33,7 @@ import torch
 from transformers import CompileConfig, DynamicCache, GenerationConfig
 
 from .cache import gather_slots, layer_states, needs_moving
+from .cache_choice import generate_would_compile
 from .config import JacobiConfig
 from .masks import SLIDING, AttentionLayout, host_layer_masks
 from .static_layers import JacobiStaticCache
@@ -249,8 +250,7 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
         compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
         compile_config._compile_all_devices = True
         return model.get_compiled_call(compile_config)
-    criteria = getattr(model, "_valid_auto_compile_criteria", None)  # generate's own rule (device, quantizer, offload)
-    if criteria is not None and criteria({"cache": cache}, generation_config):
+    if generate_would_compile(model, generation_config, cache):  # generate's own rule (device, quantizer, offload)
         return model.get_compiled_call(compile_config)
     return model
 
