@@ -33,6 +33,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -116,7 +117,9 @@ def run_decode(
             argv += ["--jacobi-paths", *(["eager"] if eager_jacobi else []), "compiled"]
         argv += ["--static-widths", *widths] if widths and compile_paths else []
         print(f"\n== decode {dtype} batch {batch}: hf-jacobi {' '.join(argv)}", flush=True)
+        start = time.perf_counter()
         code = hf_jacobi(argv)
+        print(f"== decode {dtype} batch {batch}: {time.perf_counter() - start:.0f} s in all", flush=True)
         if code != 0 and dtype == "float32":
             print(f"error: the float32 run at batch {batch} failed (exit {code})", file=sys.stderr, flush=True)
             ok = False

@@ -10,6 +10,7 @@ mkdir -p "$OUT/gpu"
 if [ -z "$TINY" ]; then
   python3 benchmarks/gpu_kit.py stage .gpu-kit/part-3 && python3 benchmarks/gpu_kit.py install > "$OUT/gpu/install.log" 2>&1 || { tail -20 "$OUT/gpu/install.log"; exit 3; }
   export PYTHONPATH=$PWD/src:/tmp/gpu-kit/site HF_JACOBI_CACHE=/tmp/hfj
+  export TORCH_LOGS=recompiles   # why a graph compiles again, if it does (bfloat16 batch 1 never left its warm-up)
 fi
 nvidia-smi > "$OUT/gpu/nvidia-smi.txt" 2>&1
 left=$((end - SECONDS - 120))

@@ -294,6 +294,11 @@ def test_the_compiled_path_twins_each_jacobi_setting_on_a_static_compiled_cache(
     assert rows[1]["forwards"] == rows[2]["forwards"] and all(r["identical"] == 2 for r in rows)
     assert all(r["differing_common_prefix"] is None for r in rows)
     assert all(s.common_prefix == s.new_tokens for s in run.samples)
+    # each setting's warm-up is timed apart; the notes say what compiling cost before the first token
+    assert set(run.warmup_seconds) == {s.name for s in settings[:3]}
+    assert all(seconds > 0 for seconds in run.warmup_seconds.values())
+    said = report.notes(run, rows, 1, 12).split("timing uses): ")[1].splitlines()[0].rstrip(".").split("; ")
+    assert [entry.rsplit(" ", 2)[0] for entry in said] == [twin.name]  # the eager twin compiles nothing
 
 
 def test_static_widths_time_the_static_paths_once_per_width_count(gemma):

@@ -165,6 +165,14 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
             f"AR (static cache + compile) = greedy on a static cache with torch.compile mode {AR_COMPILE_MODE!r} "
             "(transformers' default for a compiled cache: CUDA graphs on a GPU)."
         )
+    compiling = {setting.name for setting in run.settings if setting.compiled}
+    compiled = {name: seconds for name, seconds in run.warmup_seconds.items() if name in compiling}
+    if compiled:  # what a user's first call on those paths waits before its first token
+        lines.append(
+            "Untimed warm-up (compiling, at the shapes the timing uses): "
+            + "; ".join(f"{name} {seconds:.0f} s" for name, seconds in compiled.items())
+            + "."
+        )
     lines += [f"Note: {n}" for n in run.notes]
     return "\n".join(lines)
 
@@ -172,6 +180,7 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
 def _record(run: BenchRun, meta: dict[str, Any], summary: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The JSON form of a run, finished (with its summary rows) or in progress (without)."""
     record: dict[str, Any] = {"meta": {"machine": machine_description(), **meta}, "notes": run.notes}
+    record["warmup_seconds"] = run.warmup_seconds
     if summary is not None:
         record["summary"] = summary
     record["samples"] = [asdict(s) for s in run.samples]

@@ -11,6 +11,7 @@ Batches run every setting back to back, so slow drift of the machine's speed tou
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -63,6 +64,7 @@ class BenchRun:
     samples: list[SampleResult] = field(default_factory=list)
     timings: list[BatchTiming] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warmup_seconds: dict[str, float] = field(default_factory=dict)  # per setting: its untimed warm-up (compiling)
 
 
 class _Decoder:
@@ -102,6 +104,7 @@ def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str,
     shapes = batches[:2] if len(batches) > 1 else [batches[0], {k: v[:, 1:] for k, v in batches[0].items()}]
     widest = max(batches, key=lambda batch: batch["input_ids"].shape[1])
     for index, setting in enumerate(list(settings)):
+        start = time.perf_counter()
         try:
             if setting.kind == AR_COMPILED:
                 for batch in shapes:
@@ -115,6 +118,7 @@ def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str,
                 raise
             settings[index] = Setting("AR (static cache)", AR_STATIC)
             run.notes.append(f"torch.compile failed here ({type(error).__name__}: {error}); static cache only")
+        run.warmup_seconds[settings[index].name] = time.perf_counter() - start
 
 
 def run_bench(
