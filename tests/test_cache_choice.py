@@ -11,7 +11,7 @@ from hf_jacobi import JacobiConfig, enable_jacobi
 from hf_jacobi.bench.settings import COMPILED, EAGER, Setting
 from hf_jacobi.decoding.cache_choice import resolve_cache
 from hf_jacobi.decoding.static_cache import CACHE_ATTRIBUTE
-from tiny_models import random_prompts, tiny_model
+from tiny_models import fresh_tiny_model, random_prompts, tiny_model
 
 AUTO = JacobiConfig(block_size=4, num_blocks=2, ngram_pool_size=2, cache_implementation="auto")
 
@@ -46,7 +46,7 @@ def test_auto_is_the_dynamic_cache_on_a_cpu_unless_compiling_is_asked_for() -> N
 
 
 def test_auto_decodes_as_greedy_on_the_dynamic_cache_here() -> None:
-    model = enable_jacobi(tiny_model("llama", 0))
+    model = enable_jacobi(fresh_tiny_model("llama", 0))  # a model no other test has decoded on a static cache
     ids, mask = random_prompts(3, 7, seed=4)
     greedy = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, decoding="greedy")
     kwargs = {**AUTO.replace(static_widths=2).to_generate_kwargs(), "compile_config": CompileConfig()}
