@@ -171,6 +171,12 @@ def test_with_compiled_twins_tune_can_choose_the_compiled_path_and_the_config_ca
     assert (config.jacobi_cache_implementation, config.jacobi_compile) == ("static", "always")
     assert JacobiConfig.from_generation_config(config) == choice.config
     assert write_generation_config(config, finalists[0]).jacobi_cache_implementation == "dynamic"
+    # chosen on a GPU, the compiled path is written as "auto": compiled there, the dynamic cache on a CPU
+    on_gpu = JacobiConfig.from_generation_config(write_generation_config(GenerationConfig(), choice, accelerator=True))
+    assert (on_gpu.cache_implementation, on_gpu.compile) == ("auto", "auto")
+    assert on_gpu.replace(cache_implementation="static", compile="always") == choice.config
+    eager = write_generation_config(GenerationConfig(), finalists[0], accelerator=True)
+    assert eager.jacobi_cache_implementation == "dynamic"
 
 
 def test_tune_times_a_compiled_twin_after_building_its_graph(tmp_path, monkeypatch):

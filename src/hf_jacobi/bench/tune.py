@@ -11,6 +11,7 @@ alone must never make decoding slower. This module measures; `tune_choice` predi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import statistics
@@ -20,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from ..decoding.config import JacobiConfig
+from ..decoding.config import AUTO_CACHE, JacobiConfig
 from ..hub.export import TUNE_REPORT
 from ..loading import eos_token_ids
 from ..measurement import decode
@@ -78,9 +79,15 @@ def loop_overhead(curve: dict[int, float], acceptances: list[Acceptance], prefil
     return max(statistics.median(extras), 0.0) if extras else 0.0
 
 
-def write_generation_config(config: GenerationConfig, choice: Candidate | None) -> GenerationConfig:
+def write_generation_config(
+    config: GenerationConfig, choice: Candidate | None, accelerator: bool = False
+) -> GenerationConfig:
     """`config` (in place, and returned) with the choice written in: Jacobi and its settings, or greedy with no Jacobi
-    settings left over from an earlier choice."""
+    settings left over from an earlier choice.
+
+    A compiled choice made on an `accelerator` is written as the "auto" cache: compiled there, as timed, and the
+    dynamic cache on a CPU the checkpoint may later run on, where compiling would cost minutes before the first token
+    (a compiled choice made on a CPU stays compiled on every device: it was timed there)."""
     for name in JacobiConfig.setting_names():
         if hasattr(config, name):
             delattr(config, name)
@@ -88,7 +95,10 @@ def write_generation_config(config: GenerationConfig, choice: Candidate | None) 
         config.decoding = "greedy"
         return config
     config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
-    return choice.config.write_to(config)
+    chosen = choice.config
+    if choice.compiled and accelerator:
+        chosen = dataclasses.replace(chosen, cache_implementation=AUTO_CACHE, compile="auto")
+    return chosen.write_to(config)
 
 
 def save_report(folder: Path, result: TuneResult) -> Path:

@@ -101,7 +101,8 @@ def run_tune_command(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         compiled=compiled,
     )
-    config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice)
+    accelerator = loaded.model.device.type != "cpu"
+    config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice, accelerator)
     with staged_files(target) as staging:  # both files replace their older versions together
         config.save_pretrained(staging)
         report_name = tune.save_report(staging, result).name
