@@ -152,6 +152,23 @@ def test_the_summary_projects_from_the_curves_of_another_run(tmp_path: Path) -> 
         _driver().main([*argv, "--curves-from", str(tmp_path / "empty")])
 
 
+def test_settings_are_counted_in_forwards_against_greedy_and_bad_sizes_refused() -> None:
+    import torch
+
+    from hf_jacobi import JacobiConfig, enable_jacobi
+
+    counter = _driver("tpf_settings")
+    model = enable_jacobi(tiny_model("llama", 0))
+    prompts = [[1, *range(5 + row, 15 + row)] for row in range(2)]
+    greedy = [model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False) for p in prompts]
+    row = counter.count(model, prompts, greedy, JacobiConfig(block_size=4, num_blocks=2, ngram_pool_size=2), 12)
+    assert row["identical"] == 2 and 0 < row["forwards"] < 2 * 12
+    assert row["tokens_per_forward"] == pytest.approx(2 * 12 / row["forwards"])
+    assert row["width"] == 4 * 2 + 2 * 3  # two blocks of 4, two candidates of 3
+    with pytest.raises(SystemExit):
+        counter.main(["--limit", "0"])
+
+
 def _kit(tmp_path: Path, payload: bytes):
     """A kit of fake wheels (named as this venv's versions, so nothing is downloaded) and a fake GGUF."""
     from importlib import metadata

@@ -875,6 +875,25 @@ def gpu_shipped_decode(page: Page) -> str:
     )
 
 
+@block("gpu-tpf-settings")
+def gpu_tpf_settings(page: Page) -> str:
+    path = f"{SHIPPED_GRADE}/tpf-settings-cpu.json"
+    data = load(path)
+    rows = [
+        "| setting | widest forward | forwards | tokens/forward | identical to greedy |",
+        "|---|---:|---:|---:|:---:|",
+    ]
+    for name, r in data["rows"].items():
+        rows.append(
+            f"| {name} | {r['width']} | {r['forwards']} | {r['tokens_per_forward']:.2f} | "
+            f"{r['identical']}/{data['prompts']} |"
+        )
+    return "\n".join(rows) + (
+        f"\n\n`benchmarks/tpf_settings.py` on this CPU: the shipped adapter, float32, batch 1, the same "
+        f"{data['prompts']} prompts, {data['max_new_tokens']} tokens. File: {page.ref(path)}."
+    )
+
+
 @block("gpu-shipped-sentence")
 def gpu_shipped_sentence(page: Page) -> str:
     fp32, bf16 = grade_best("float32", 1, SHIPPED_GRADE), grade_best("bfloat16", 8, SHIPPED_GRADE)
