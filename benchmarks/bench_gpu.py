@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--static-widths", nargs="+", help="the compiled Jacobi path's width counts, e.g. 1 5 (bench)")
     args = parser.parse_args(argv)
+    # bad flags fail here, before any phase spends minutes decoding
+    if args.compiled_jacobi_only and args.no_compile:
+        parser.error("--compiled-jacobi-only needs the compiled paths: drop --no-compile")
+    if args.curves_from is not None and not sorted(args.curves_from.glob("curve-*.json")):
+        parser.error(f"--curves-from {args.curves_from}: no curve-*.json there (the curves phase writes them)")
     plan = select_decode(TINY if args.tiny else FULL, args.decode)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     if {"curves", "decode", "host"} & set(args.phases):  # the machine that measures, not the one that summarizes
@@ -374,8 +379,6 @@ def main(argv: list[str] | None = None) -> int:
         run_curves(plan, args.output_dir)
     ok = True
     if "decode" in args.phases:
-        if args.compiled_jacobi_only and args.no_compile:
-            parser.error("--compiled-jacobi-only needs the compiled paths: drop --no-compile")
         eager = not args.compiled_jacobi_only
         ok = run_decode(plan, args.output_dir, args.model, not args.no_compile, args.static_widths, eager)
     if "host" in args.phases and not args.no_compile and args.model is None:
@@ -387,8 +390,6 @@ def main(argv: list[str] | None = None) -> int:
 
         source = args.model if args.model is not None else JACOBI_FORCING_WEIGHTS
         default = JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(source))
-        if args.curves_from is not None and not sorted(args.curves_from.glob("curve-*.json")):
-            parser.error(f"--curves-from {args.curves_from}: no curve-*.json there (the curves phase writes them)")
         write_summary(args.output_dir, default, args.curves_from)
     return 0 if ok else 1
 

@@ -875,6 +875,37 @@ def gpu_shipped_decode(page: Page) -> str:
     )
 
 
+def _host_bf16_b8() -> tuple[dict, dict]:
+    """The shipped run's host phase (bfloat16, batch 8) and the forward-cost bound of the same setting (width 92)."""
+    data = load(f"{SHIPPED_GRADE}/gpu-grade.json")
+    host = next(h for h in data["host"] if (h["dtype"], h["batch_size"]) == ("bfloat16", 8))
+    bound = next(
+        p
+        for p in data["projections"]
+        if (p["architecture"], p["dtype"], p["batch_size"], p["width"]) == ("smollm2-135m", "bfloat16", 8, 92)
+    )
+    return host, bound
+
+
+@block("gpu-shipped-host-sentence")
+def gpu_shipped_host_sentence(page: Page) -> str:
+    host, bound = _host_bf16_b8()
+    return (
+        f"{host['host_ms_per_step']:.1f} of a {host['ms_per_step']:.1f} ms batch-8 bfloat16 step on the H200; the "
+        f"forward costs alone would give {bound['projected_speedup']:.2f}x"
+    )
+
+
+@block("gpu-shipped-settings-sentence")
+def gpu_shipped_settings_sentence(page: Page) -> str:
+    def pair(dtype: str, batch: int) -> str:
+        rows = {r["setting"].split(" (")[0]: r for r in grade_rows(dtype, batch, SHIPPED_GRADE)}
+        both, default = rows["Jacobi both n=16"], rows["Jacobi default"]
+        return f"{both['speedup_vs_best_greedy']:.2f}x against the default's {default['speedup_vs_best_greedy']:.2f}x"
+
+    return f"{pair('float32', 1)} at batch 1 in float32, and {pair('bfloat16', 8)} at batch 8 in bfloat16"
+
+
 @block("gpu-tpf-settings")
 def gpu_tpf_settings(page: Page) -> str:
     path = f"{SHIPPED_GRADE}/tpf-settings-cpu.json"
