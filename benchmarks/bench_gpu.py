@@ -126,8 +126,9 @@ def run_decode(
     return ok
 
 
-def run_host(plan: dict, out: Path, tiny: bool) -> None:
-    """The host work per step of each decode entry's batch and dtype (profile_step --split, compiled static path)."""
+def run_host(plan: dict, out: Path, tiny: bool, trace: bool = False) -> None:
+    """The host work per step of each decode entry's batch and dtype (profile_step --split, compiled static path);
+    with `trace`, also each call's kernels and launches per forward beside greedy's (profile_step --trace)."""
     spec = importlib.util.spec_from_file_location("profile_step", Path(__file__).with_name("profile_step.py"))
     profile_step = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(profile_step)
@@ -135,6 +136,7 @@ def run_host(plan: dict, out: Path, tiny: bool) -> None:
         argv = ["--batch-size", str(batch), "--dtype", dtype, "--max-new-tokens", plan["max_new_tokens"], "--split"]
         argv += ["--rounds", "3", "--top", "0", "--output", str(out / f"host-{dtype}-b{batch}.json")]
         argv += ["--tiny"] if tiny else []
+        argv += ["--trace"] if trace else []
         print(f"\n== host work {dtype} batch {batch}: profile_step {' '.join(argv)}", flush=True)
         profile_step.main(argv)
 
@@ -364,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the folder whose curve-*.json the summary projects from (default: --output-dir)",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="host phase: also profile each entry's device work and launches beside greedy's (profile_step --trace)",
+    )
     parser.add_argument("--static-widths", nargs="+", help="the compiled Jacobi path's width counts, e.g. 1 5 (bench)")
     args = parser.parse_args(argv)
     # bad flags fail here, before any phase spends minutes decoding
@@ -382,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         eager = not args.compiled_jacobi_only
         ok = run_decode(plan, args.output_dir, args.model, not args.no_compile, args.static_widths, eager)
     if "host" in args.phases and not args.no_compile and args.model is None:
-        run_host(plan, args.output_dir, args.tiny)
+        run_host(plan, args.output_dir, args.tiny, args.trace)
     if "summary" in args.phases:
         from transformers import GenerationConfig
 

@@ -49,6 +49,9 @@ from hf_jacobi.batching import left_padded
 from hf_jacobi.bench.architectures import random_model
 from hf_jacobi.data.prompts import encode_prompts, load_prompts
 
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+"""The runtime calls that launch one kernel from the host (a CUDA graph's replay is one `cudaGraphLaunch`)."""
+
 WAIT = "tolist"
 """The loop's one read-back per step: where the host waits for the device."""
 
@@ -163,6 +166,58 @@ def _ranged_steps():
         loop._step = step
 
 
+def trace_call(model, inputs: dict, kwargs: dict, warmups: int = 2) -> dict:
+    """One call under torch's profiler with the device's activities, after `warmups` untimed calls (compiling, then
+    recording the CUDA graph): what the device computed and what the host launched, per forward.
+
+    Why: a step's wall time alone cannot tell a loop whose device idles (host-bound: launches, Python) from one whose
+    kernels are slow (device-bound: width, attention over the cache), and the cure differs. Counts are per forward
+    with the prefill included (one eager forward per call, for greedy and Jacobi alike), so a compiled forward that
+    replays a CUDA graph shows about one graph launch and few kernel launches per forward.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.inference_mode():
+        for _ in range(warmups):
+            model.generate(**inputs, **kwargs)
+        skips_before = _cudagraph_skips()
+        with torch.profiler.profile(activities=activities) as prof:
+            start = time.perf_counter()
+            out = model.generate(**inputs, **kwargs)
+            if cuda:
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - start
+    prompt = inputs["input_ids"].shape[1]
+    if getattr(out, "forward_passes", None) is not None:
+        forwards = int(out.forward_passes.max()) + 1  # the steps and the prefill
+    else:
+        forwards = out.sequences.shape[1] - prompt  # greedy: one forward per new token, the prefill's included
+    averages = prof.key_averages()
+    kernels = [e for e in averages if e.device_type == DeviceType.CUDA]
+    by_name = {e.key: e.count for e in averages if e.device_type != DeviceType.CUDA}
+    top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:8]
+    return {
+        "forwards": forwards,
+        "wall_ms_per_forward": 1000 * wall / forwards,
+        "kernel_ms_per_forward": sum(e.self_device_time_total for e in kernels) / 1000 / forwards,
+        "kernels_per_forward": sum(e.count for e in kernels) / forwards,
+        "kernel_launches_per_forward": sum(by_name.get(name, 0) for name in LAUNCHES) / forwards,
+        "graph_launches_per_forward": by_name.get("cudaGraphLaunch", 0) / forwards,
+        "cudagraph_skips": _cudagraph_skips() - skips_before,
+        "top_kernels_ms_per_forward": {e.key[:80]: e.self_device_time_total / 1000 / forwards for e in top},
+    }
+
+
+def _cudagraph_skips() -> int:
+    """How many times inductor declined to record a CUDA graph (and why is in TORCH_LOGS=cudagraphs) so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=1)
@@ -175,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--split", action="store_true", help="also time each step's host work and device part")
     parser.add_argument("--rounds", type=int, default=3, help="timed calls for --split (their median is reported)")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also profile one Jacobi call and one greedy call on the static cache (compiled as generate compiles it) "
+        "with the device's activities: kernel time, kernels and launches per forward",
+    )
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = _model(args.tiny, getattr(torch, args.dtype), device)
@@ -232,6 +293,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aten ops per step outside the compiled forward: {ops.total() / steps:.1f} ({common})")
         report["ops_per_step"] = ops.total() / steps
         report["ops_by_name_per_step"] = {name: count / steps for name, count in ops.most_common()}
+    if args.trace:
+        greedy = dict(max_new_tokens=args.max_new_tokens, do_sample=False, return_dict_in_generate=True)
+        greedy["cache_implementation"] = "static"
+        report["trace"] = {"jacobi": trace_call(model, inputs, kwargs), "greedy": trace_call(model, inputs, greedy)}
+        for name, figures in report["trace"].items():
+            print(
+                f"{name}: {figures['forwards']} forwards, per forward {figures['wall_ms_per_forward']:.2f} ms wall "
+                f"(profiled), {figures['kernel_ms_per_forward']:.2f} ms of kernels, {figures['kernels_per_forward']:.0f} "
+                f"kernels, {figures['kernel_launches_per_forward']:.1f} kernel launches, "
+                f"{figures['graph_launches_per_forward']:.2f} graph launches; cudagraph skips {figures['cudagraph_skips']}"
+            )
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[: args.top]
     for (file, line, name), (_, calls, own, _cumulative, _) in rows:
         print(
