@@ -5,6 +5,7 @@
 # with its own share of the time, writing straight into $OUT so that whatever finished comes back if the lease ends.
 # Usage: bash benchmarks/gpu_run.sh BUDGET [--tiny]   (--tiny: a tiny random model here, nothing staged or installed)
 # DECODE="bfloat16:1 float32:8", HOST="float32:1" (HOST= for none), TRACE=1, HOST_S=150 (seconds per host entry).
+# Logs are named host-bfloat16-b8.log, decode-float32-b1.log: the device tool returns no file with ":" in its name.
 BUDGET=${1:-560}; TINY=${2:-}
 H=${HOST-bfloat16:8}; D=${DECODE-"float32:1 bfloat16:1 bfloat16:8 float32:8"}; HS=${HOST_S:-150}
 [ -n "$TINY" ] && H=float32:2 && D="float32:1 float32:2"
@@ -20,13 +21,13 @@ fi
 nvidia-smi > "$OUT/gpu/nvidia-smi.txt" 2>&1
 for e in $H; do
   left=$((end - SECONDS - 5)); [ "$left" -gt "$HS" ] && left=$HS; [ "$left" -lt 1 ] && left=1
-  timeout $left python3 benchmarks/bench_gpu.py $TINY --phases host --decode $e $TR --output-dir "$OUT/gpu" > "$OUT/gpu/host-$e.log" 2>&1
-  echo "host $e rc $? at $SECONDS s"; grep -h "^jacobi:\|^greedy:\|host work per" "$OUT/gpu/host-$e.log"
+  timeout $left python3 benchmarks/bench_gpu.py $TINY --phases host --decode $e $TR --output-dir "$OUT/gpu" > "$OUT/gpu/host-${e/:/-b}.log" 2>&1
+  echo "host $e rc $? at $SECONDS s"; grep -h "^jacobi:\|^greedy:\|host work per" "$OUT/gpu/host-${e/:/-b}.log"
 done
 set -- $D
 while [ $# -gt 0 ]; do
   left=$(( (end - SECONDS - 5) / $# )); [ "$left" -lt 1 ] && left=1
-  timeout $left python3 benchmarks/bench_gpu.py $TINY --phases decode --decode $1 --compiled-jacobi-only --output-dir "$OUT/gpu" > "$OUT/gpu/decode-$1.log" 2>&1
-  echo "decode $1 rc $? at $SECONDS s"; grep -h "tok/s\|^|" "$OUT/gpu/decode-$1.log" | tail -12
+  timeout $left python3 benchmarks/bench_gpu.py $TINY --phases decode --decode $1 --compiled-jacobi-only --output-dir "$OUT/gpu" > "$OUT/gpu/decode-${1/:/-b}.log" 2>&1
+  echo "decode $1 rc $? at $SECONDS s"; grep -h "tok/s\|^|" "$OUT/gpu/decode-${1/:/-b}.log" | tail -12
   shift
 done

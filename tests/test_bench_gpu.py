@@ -246,3 +246,20 @@ def test_the_gpu_kit_never_overwrites_a_folder_that_is_not_a_kit(tmp_path: Path)
     with pytest.raises(SystemExit, match=r"holds more than an earlier kit \(\['notes\.txt'\]\)"):
         kit.build(tmp_path, 1.0, None, "3.12", tmp_path / "notes.txt")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_step_trace_profiles_a_jacobi_call_beside_greedy(tmp_path) -> None:
+    """--trace profiles one Jacobi call and one greedy call on the static cache: forwards count the prefill and the
+    steps (Jacobi) or one per new token (greedy), and the device figures are zero on a CPU, where there is no device
+    activity to trace (on a GPU they tell a host-bound step from a device-bound one)."""
+    profile = _driver("profile_step")
+    out = tmp_path / "trace.json"
+    argv = ["--tiny", "--path", "eager", "--max-new-tokens", "8", "--top", "1", "--trace", "--output", str(out)]
+    assert profile.main(argv) == 0
+    report = json.loads(out.read_text())
+    jacobi, greedy = report["trace"]["jacobi"], report["trace"]["greedy"]
+    assert jacobi["forwards"] == report["steps"] + 1
+    assert greedy["forwards"] == 8 and jacobi["forwards"] <= greedy["forwards"]
+    for figures in (jacobi, greedy):
+        assert figures["wall_ms_per_forward"] > 0 and figures["cudagraph_skips"] == 0
+        assert figures["kernel_ms_per_forward"] == figures["graph_launches_per_forward"] == 0

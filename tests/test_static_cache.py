@@ -416,6 +416,36 @@ def test_a_compiled_forward_moves_the_winning_branch_inside_itself(monkeypatch):
     torch._dynamo.reset()
 
 
+def test_every_compiled_verify_forward_starts_a_cuda_graph_step(monkeypatch):
+    """A compiled verify forward marks a new CUDA-graph step before each call (greedy replays the same compiled call, and
+    without the marks Jacobi and greedy calls in turn failed inside torch's graph trees on a GPU); the eager static path
+    marks nothing. Outputs stay greedy's either way."""
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    torch._dynamo.reset()
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
+    ids, mask = random_prompts(2, 7, seed=11)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 24}
+    greedy = model.generate(ids, **kwargs)
+    for compile_mode in ("always", "never"):
+        marks.clear()
+        out = model.generate(
+            ids,
+            **kwargs,
+            decoding="jacobi",
+            return_dict_in_generate=True,
+            **STATIC,
+            **SETTINGS["all"],
+            jacobi_compile=compile_mode,
+            compile_config=compile_config,
+        )
+        assert torch.equal(out.sequences, greedy), compile_mode
+        steps = int(out.forward_passes.max())
+        assert len(marks) == (steps if compile_mode == "always" else 0), (compile_mode, len(marks), steps)
+    torch._dynamo.reset()
+
+
 class _OpCounter(TorchDispatchMode):
     """Counts the aten ops run while it is active, by name."""
 
