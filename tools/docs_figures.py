@@ -890,9 +890,11 @@ def _host_bf16_b8() -> tuple[dict, dict]:
 @block("gpu-shipped-host-sentence")
 def gpu_shipped_host_sentence(page: Page) -> str:
     host, bound = _host_bf16_b8()
+    later = _trace_split("bfloat16", 8)
     return (
-        f"{host['host_ms_per_step']:.1f} of a {host['ms_per_step']:.1f} ms batch-8 bfloat16 step on the H200; the "
-        f"forward costs alone would give {bound['projected_speedup']:.2f}x"
+        f"{later['host']:.1f} of a {later['ms']:.1f} ms batch-8 bfloat16 step on the H200, {host['host_ms_per_step']:.1f} "
+        f"of {host['ms_per_step']:.1f} on the lease before; the forward costs alone would give "
+        f"{bound['projected_speedup']:.2f}x"
     )
 
 
@@ -922,6 +924,54 @@ def gpu_tpf_settings(page: Page) -> str:
     return "\n".join(rows) + (
         f"\n\n`benchmarks/tpf_settings.py` on this CPU: the shipped adapter, float32, batch 1, the same "
         f"{data['prompts']} prompts, {data['max_new_tokens']} tokens. File: {page.ref(path)}."
+    )
+
+
+TRACE = "gpu-h200-trace"  # where a step's time goes on the device and the host (H200, 2026-11-27, session 23)
+
+
+def _trace_split(dtype: str, batch: int) -> dict | None:
+    """A traced entry's unprofiled split (profile_step --split): its own file's medians, or the transcribed split."""
+    record = load(f"{TRACE}/trace-{dtype}-b{batch}.json")
+    if "split_rounds" in record:
+        step = statistics.median(r["ms_per_step"] for r in record["split_rounds"])
+        return {"ms": step, "device": record["device_ms_per_step"], "host": record["host_ms_per_step"]}
+    path = RESULTS / TRACE / f"split-{dtype}-b{batch}.json"
+    if not path.exists():
+        return None
+    split = load(f"{TRACE}/split-{dtype}-b{batch}.json")
+    device, host = split["device_ms_per_step"], split["host_ms_per_step"]
+    return {"ms": device + host, "device": device, "host": host}
+
+
+@block("gpu-trace")
+def gpu_trace(page: Page) -> str:
+    rows = [
+        "| dtype | batch | Jacobi step (ms) | of which host work | Jacobi kernels per forward (ms) | greedy kernels per "
+        "token (ms) | kernels: Jacobi / greedy | profiled wall per forward, Jacobi / greedy (ms) | graph launches per "
+        "forward, Jacobi / greedy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    files = []
+    for dtype, batch in (("float32", 1), ("bfloat16", 1), ("bfloat16", 8)):
+        name = f"trace-{dtype}-b{batch}.json"
+        record, split = load(f"{TRACE}/{name}"), _trace_split(dtype, batch)
+        jacobi, greedy = record["trace"]["jacobi"], record["trace"]["greedy"]
+        rows.append(
+            f"| {dtype} | {batch} | {split['ms']:.2f} | {split['host']:.2f} | {jacobi['kernel_ms_per_forward']:.2f} | "
+            f"{greedy['kernel_ms_per_forward']:.2f} | {jacobi['kernels_per_forward']:.0f} / "
+            f"{greedy['kernels_per_forward']:.0f} | {jacobi['wall_ms_per_forward']:.2f} / "
+            f"{greedy['wall_ms_per_forward']:.2f} | {jacobi['graph_launches_per_forward']:.2f} / "
+            f"{greedy['graph_launches_per_forward']:.2f} |"
+        )
+        files.append(page.ref(f"{TRACE}/{name}", f"{dtype} batch {batch}"))
+    return "\n".join(rows) + (
+        "\n\n`benchmarks/profile_step.py --trace` (and `--split` for the step and its host work) on one NVIDIA H200, "
+        "the shipped adapter, 2 blocks of 16 + recycling on the compiled static cache against greedy on the static "
+        'cache compiled in mode "reduce-overhead", the first `packages` test prompt(s), 128 tokens; per forward the '
+        "prefill included. Files: "
+        + ", ".join(files)
+        + f", {page.ref(f'{TRACE}/split-bfloat16-b8.json', 'the batch-8 split')}."
     )
 
 
