@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -12,13 +14,13 @@ from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
 from hf_jacobi import enable_jacobi
-from hf_jacobi.decoding.acceptance import greedy_verdict
+from hf_jacobi.decoding.acceptance import Verdict, greedy_verdict, matched_drafts
 from hf_jacobi.decoding.cache import KVSlots
-from hf_jacobi.decoding.chain import DraftChain
+from hf_jacobi.decoding.chain import DraftChain, _continuation
 from hf_jacobi.decoding.masks import AttentionLayout, host_layer_masks, layer_masks
 from hf_jacobi.decoding.recycling import NgramPool
 from hf_jacobi.decoding.step_layout import Branch, StepLayout
-from tiny_models import EAGER_ONLY, FAMILIES, random_prompts, tiny_model
+from tiny_models import EAGER_ONLY, FAMILIES, fresh_tiny_model, random_prompts, tiny_model
 
 # ---- the n-gram pool ----
 
@@ -123,6 +125,46 @@ def test_chain_rolls_and_a_block_joins_once_the_newest_has_accepted_its_share():
     chain.advance(5, [9, 8, 7], fill)
     assert chain.blocks == 2  # capped at max_blocks
     assert chain.tokens[:3] == [9, 8, 7] and len(chain.tokens) == 8
+
+
+def _plain_continuation(branches, verdict, predictions, taken):
+    """The chain's next known tokens, level by level: the winner's predictions while it lasts, then the chain's."""
+    accepted = taken - 1
+    winner, chain = branches[verdict.branch], branches[0]
+    tokens, level = [verdict.tokens[accepted]], accepted + 1
+    while level < len(chain) or level < len(winner):
+        tokens.append(predictions[(winner if level < len(winner) else chain).columns[level]])
+        level += 1
+    return tokens
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    tokens=st.lists(st.integers(0, 2), min_size=40, max_size=40),
+    predicted=st.lists(st.integers(0, 2), min_size=40, max_size=40),
+    cut=st.integers(0, 9),
+)
+def test_the_chains_update_and_the_pools_match_count_read_what_a_plain_walk_reads(lengths, tokens, predicted, cut):
+    """Both run for every row on every step, so they skip the verdict machinery: the continuation takes slices of the
+    winner's and the chain's columns, the pool's match count a bare loop; each must equal the level-by-level walk."""
+    branches, column = [], 1
+    for length in lengths:  # the chain, then candidate branches, each after column 0
+        drafts = tokens[column : column + length - 1]
+        branches.append(Branch([0, *range(column, column + len(drafts))], [tokens[0], *drafts]))
+        column += len(drafts)
+    predictions = predicted[:column]
+    for branch in branches:
+        assert matched_drafts(branch, predictions) == greedy_verdict([branch], predictions).accepted
+    verdict = greedy_verdict(branches, predictions)
+    taken = max(1, min(len(verdict.tokens), cut + 1))  # a row that finished mid-verdict commits fewer
+    assert _continuation(branches, verdict, predictions, taken) == _plain_continuation(
+        branches, verdict, predictions, taken
+    )
+    short = Verdict(verdict.tokens[:taken], verdict.columns[:taken], verdict.branch)
+    assert _continuation(branches, short, predictions, taken) == _plain_continuation(
+        branches, short, predictions, taken
+    )
 
 
 # ---- the step layout ----
@@ -277,6 +319,42 @@ def test_extra_blocks_are_actually_in_flight():
         return_dict_in_generate=True,
     )
     assert float(out.forward_tokens[0]) / float(out.forward_passes[0]) > 4
+
+
+def test_an_argmax_reads_the_models_dtype_and_processors_get_float32(monkeypatch):
+    """In bfloat16 a step's argmax runs on the logits as they come out (a float32 copy of [batch, width, vocab] would
+    cost memory and a device op, and casting is exact, so the argmax is the same): the whole decoding equals the one
+    made from float32 copies. Logits processors still get float32 scores, as generate gives them."""
+    from hf_jacobi.decoding import loop
+
+    seen = []
+    process = loop.process_column_scores
+    monkeypatch.setattr(
+        loop,
+        "process_column_scores",
+        lambda p, c, r, logits, layout: seen.append(logits.dtype) or process(p, c, r, logits, layout),
+    )
+    model = enable_jacobi(fresh_tiny_model("llama", 3).to(torch.bfloat16))
+    ids, mask = random_prompts(2, 8, seed=4)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 24, "decoding": "jacobi"}
+    kwargs.update(jacobi_block_size=4, jacobi_num_blocks=2, jacobi_ngram_pool_size=4)
+    as_they_come = model.generate(ids, **kwargs)
+    assert set(seen) == {torch.bfloat16}
+
+    forward = model.forward
+
+    @functools.wraps(forward)  # the same signature: generate reads it (logits_to_keep)
+    def float_logits(*args, **named):
+        out = forward(*args, **named)
+        out.logits = out.logits.float()
+        return out
+
+    monkeypatch.setattr(model, "forward", float_logits)
+    assert torch.equal(model.generate(ids, **kwargs), as_they_come)
+    monkeypatch.setattr(model, "forward", forward)
+    seen.clear()
+    model.generate(ids, **kwargs, repetition_penalty=1.3)
+    assert set(seen) == {torch.float32}
 
 
 class _Columns(BaseStreamer):

@@ -78,6 +78,16 @@ def sampled_verdict(branches: list[Branch], scores: torch.Tensor) -> Verdict:
     return _walk(branches, choose)
 
 
+def matched_drafts(branch: Branch, predictions: list[int]) -> int:
+    """How many of a branch's drafts greedy would have produced: `greedy_verdict([branch], predictions).accepted`,
+    without building a verdict (every row's pool asks it of its chain every step, on the host)."""
+    line, columns = branch.tokens, branch.columns
+    for level in range(len(line) - 1):
+        if predictions[columns[level]] != line[level + 1]:
+            return level
+    return len(line) - 1
+
+
 def _walk(branches: list[Branch], choose: Callable[[int, list[int]], int]) -> Verdict:
     """Follows the proposal tree from column 0 while some branch proposes the token `choose` picks.
 
@@ -104,8 +114,8 @@ def _walk(branches: list[Branch], choose: Callable[[int, list[int]], int]) -> Ve
 
 
 def _walk_line(branch: Branch, choose: Callable[[int, list[int]], int]) -> Verdict:
-    """`_walk` over one branch, the same verdict without the tree's bookkeeping: every row's pool walks its chain alone
-    each step (`RecyclingProposer.observe`), on the host, between two forwards."""
+    """`_walk` over one branch, the same verdict without the tree's bookkeeping: a row whose pool proposes nothing
+    walks its chain alone, on the host, between two forwards."""
     line, columns = branch.tokens, branch.columns
     last = len(line) - 1
     tokens: list[int] = []

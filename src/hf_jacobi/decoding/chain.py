@@ -81,11 +81,8 @@ def _continuation(branches: list[Branch], verdict: Verdict, predictions: list[in
     The winning branch's predictions come first; past its end, the chain's predictions for the same positions.
     """
     accepted = taken - 1
-    winner, chain = branches[verdict.branch], branches[0]
-    tokens = [verdict.tokens[accepted]]
-    level = accepted + 1
-    while level < len(chain) or level < len(winner):
-        source = winner if level < len(winner) else chain
-        tokens.append(predictions[source.columns[level]])
-        level += 1
+    won, chained = branches[verdict.branch].columns, branches[0].columns
+    # levels after the accepted ones from the winner while it lasts, then from the chain where it is longer
+    tokens = [verdict.tokens[accepted], *[predictions[column] for column in won[accepted + 1 :]]]
+    tokens.extend(predictions[column] for column in chained[len(won) :])  # accepted < len(won): it followed the winner
     return tokens

@@ -107,9 +107,10 @@ def _forward_parts(config: JacobiConfig, prompt_len: int, capacity: int) -> tupl
 def forward_bytes(model, batch: int, width: int, context: int) -> dict[str, int]:
     """Estimated bytes of one Jacobi forward of `width` columns for `batch` rows over `context` slots (KV included).
 
-    Logits come out in the model's dtype and are copied to float32, then processed; the additive masks are built per
-    layer kind from a boolean and (for sliding windows) an int64 distance; eager and sdpa's math path materialize the
-    float32 scores of one layer at a time; the KV cache holds the whole context on every layer.
+    Logits come out in the model's dtype and, where logits processors run, are copied to float32 and processed (both
+    copies counted: a bound); the additive masks are built per layer kind from a boolean and (for sliding windows) an
+    int64 distance; eager and sdpa's math path materialize the float32 scores of one layer at a time; the KV cache
+    holds the whole context on every layer.
     """
     text = model.config.get_text_config()
     itemsize = model.dtype.itemsize

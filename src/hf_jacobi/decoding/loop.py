@@ -223,7 +223,9 @@ def _verify(
         use_cache=True,
         **{CACHE_ARGUMENT: cache},
         **forward.kwargs,
-    ).logits.float()
+    ).logits
+    if len(logits_processor):  # they get float32 scores, as generate gives them; an argmax needs no copy (exact cast)
+        logits = logits.float()
     scores = process_column_scores(logits_processor, committed, running, logits, layout)
     return scores, scores.argmax(dim=-1).tolist()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .acceptance import greedy_verdict
+from .acceptance import matched_drafts
 from .proposers import StepOutcome
 
 Ngram = tuple[int, ...]
@@ -119,7 +119,7 @@ class RecyclingProposer:
         pool, text, taken, chain = self.pool, outcome.text, outcome.taken, outcome.branches[0]
         size = pool.ngram_size
         pool.add_sequence(text, first_start=len(text) - taken - size + 1, last_start=len(text) - size)
-        matched = greedy_verdict([chain], outcome.predictions).accepted
+        matched = matched_drafts(chain, outcome.predictions)
         if matched + 1 < len(chain):
             # Text before this step ends with chain.tokens[0]; the drafts follow it.
             context = text[max(0, len(text) - taken - pool.key_size) : len(text) - taken]

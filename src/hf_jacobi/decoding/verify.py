@@ -56,7 +56,7 @@ def process_column_scores(
     Args:
         running: the forward's rows in order (None: padding a fixed-batch cache keeps), for their committed lengths and
             their index in the original batch (processors that keep per-row state).
-        logits: float32 [b, Q, V], the raw logits of the forward.
+        logits: [b, Q, V], the raw logits of the forward: float32 whenever there are processors to run.
     """
     if len(logits_processor) == 0:
         return logits
