@@ -385,13 +385,16 @@ def test_the_compiled_forward_compiles_once_per_width(static_widths):
     torch._dynamo.reset()
 
 
-def test_a_compiled_forward_moves_the_winning_branch_inside_itself(monkeypatch):
+def test_a_compiled_forward_moves_the_winning_branch_inside_itself_and_starts_a_graph_step(monkeypatch):
     """On the compiled path a winning branch's keys and values are moved inside the next forward (each layer applies
     the cache's `SlotMoves` plan before writing), not at the commit; an eager call on the same, reused cache moves them
-    at the commit again, and a compiled one after it defers again. Every output stays greedy's."""
-    records = []
+    at the commit again, and a compiled one after it defers again. Every compiled forward first marks a new CUDA-graph
+    step (greedy replays the same compiled call, and without the marks Jacobi and greedy calls in turn failed inside
+    torch's graph trees on a GPU); the eager path marks nothing. Every output stays greedy's."""
+    records, marks = [], []
     record = static_layers.SlotMoves.record
     monkeypatch.setattr(static_layers.SlotMoves, "record", lambda self, *a: records.append(a) or record(self, *a))
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     torch._dynamo.reset()
     model = enable_jacobi(fresh_tiny_model("llama", 0))
     compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
@@ -401,34 +404,6 @@ def test_a_compiled_forward_moves_the_winning_branch_inside_itself(monkeypatch):
     moved = []
     for compile_mode in ("always", "never", "always"):
         records.clear()
-        out = model.generate(
-            ids,
-            **kwargs,
-            decoding="jacobi",
-            **STATIC,
-            **SETTINGS["all"],
-            jacobi_compile=compile_mode,
-            compile_config=compile_config,
-        )
-        assert torch.equal(out, greedy), compile_mode
-        moved.append(len(records))
-    assert moved[0] > 0 and moved[1] == 0 and moved[2] == moved[0], moved
-    torch._dynamo.reset()
-
-
-def test_every_compiled_verify_forward_starts_a_cuda_graph_step(monkeypatch):
-    """A compiled verify forward marks a new CUDA-graph step before each call (greedy replays the same compiled call, and
-    without the marks Jacobi and greedy calls in turn failed inside torch's graph trees on a GPU); the eager static path
-    marks nothing. Outputs stay greedy's either way."""
-    marks = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    torch._dynamo.reset()
-    model = enable_jacobi(fresh_tiny_model("llama", 0))
-    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
-    ids, mask = random_prompts(2, 7, seed=11)
-    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 24}
-    greedy = model.generate(ids, **kwargs)
-    for compile_mode in ("always", "never"):
         marks.clear()
         out = model.generate(
             ids,
@@ -441,8 +416,9 @@ def test_every_compiled_verify_forward_starts_a_cuda_graph_step(monkeypatch):
             compile_config=compile_config,
         )
         assert torch.equal(out.sequences, greedy), compile_mode
-        steps = int(out.forward_passes.max())
-        assert len(marks) == (steps if compile_mode == "always" else 0), (compile_mode, len(marks), steps)
+        moved.append(len(records))
+        assert len(marks) == (int(out.forward_passes.max()) if compile_mode == "always" else 0), compile_mode
+    assert moved[0] > 0 and moved[1] == 0 and moved[2] == moved[0], moved
     torch._dynamo.reset()
 
 
