@@ -259,16 +259,18 @@ def host_rows(out: Path) -> list[dict]:
     rows = []
     for path in sorted(out.glob("host-*.json")):
         record = json.loads(path.read_text())
-        rows.append(
-            {
-                "dtype": record["dtype"],
-                "batch_size": record["batch_size"],
-                "steps": record["steps"],
-                "ms_per_step": statistics.median(r["ms_per_step"] for r in record["split_rounds"]),
-                "device_ms_per_step": record["device_ms_per_step"],
-                "host_ms_per_step": record["host_ms_per_step"],
-            }
-        )
+        row = {
+            "dtype": record["dtype"],
+            "batch_size": record["batch_size"],
+            "steps": record["steps"],
+            "ms_per_step": statistics.median(r["ms_per_step"] for r in record["split_rounds"]),
+            "device_ms_per_step": record["device_ms_per_step"],
+            "host_ms_per_step": record["host_ms_per_step"],
+        }
+        for name, figures in record.get("trace", {}).items():  # --trace: the kernels of a forward, Jacobi and greedy
+            row[f"{name}_kernel_ms_per_forward"] = figures["kernel_ms_per_forward"]
+            row[f"{name}_graph_launches_per_forward"] = figures["graph_launches_per_forward"]
+        rows.append(row)
     return rows
 
 
@@ -329,13 +331,17 @@ def write_summary(out: Path, default: JacobiConfig, curves: Path | None = None) 
             "Host work per step (benchmarks/profile_step.py --split; 2 blocks of 16 + recycling, compiled static cache): "
             "the step's time outside its device part (forward launch to the read-back of its predictions).",
             "",
-            "| dtype | batch | steps | ms per step | device part (ms) | host work (ms) |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| dtype | batch | steps | ms per step | device part (ms) | host work (ms) | kernels per forward, Jacobi / "
+            "greedy (ms, --trace) |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for h in host:
+            kernels = "-"
+            if "jacobi_kernel_ms_per_forward" in h:
+                kernels = f"{h['jacobi_kernel_ms_per_forward']:.2f} / {h['greedy_kernel_ms_per_forward']:.2f}"
             lines.append(
                 f"| {h['dtype']} | {h['batch_size']} | {h['steps']} | {h['ms_per_step']:.2f} | "
-                f"{h['device_ms_per_step']:.2f} | {h['host_ms_per_step']:.2f} |"
+                f"{h['device_ms_per_step']:.2f} | {h['host_ms_per_step']:.2f} | {kernels} |"
             )
     (out / "gpu-grade.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -101,16 +101,16 @@ def test_step_profile_splits_each_step_into_host_work_and_its_device_part(tmp_pa
 
 def test_the_host_phase_runs_the_chosen_entries_and_the_summary_tables_them(tmp_path: Path) -> None:
     """--decode picks entries of the plan (a device call of a few minutes runs a share of it); the host phase times
-    their host work per step on the compiled path, and the summary shows it beside the decode table."""
+    their host work per step on the compiled path, with --trace also each forward's kernels beside greedy's, and the
+    summary shows it beside the decode table."""
     out = tmp_path / "gpu"
-    assert (
-        _driver().main(["--tiny", "--phases", "host", "summary", "--decode", "float32:2", "--output-dir", str(out)])
-        == 0
-    )
+    argv = ["--tiny", "--phases", "host", "summary", "--decode", "float32:2", "--trace", "--output-dir", str(out)]
+    assert _driver().main(argv) == 0
     assert [p.name for p in out.glob("host-*.json")] == ["host-float32-b2.json"]
     host = json.loads((out / "gpu-grade.json").read_text())["host"]
     assert [(h["dtype"], h["batch_size"]) for h in host] == [("float32", 2)]
     assert host[0]["host_ms_per_step"] > 0 and host[0]["steps"] > 1
+    assert host[0]["jacobi_kernel_ms_per_forward"] == host[0]["greedy_kernel_ms_per_forward"] == 0  # no device here
     assert "| float32 | 2 |" in (out / "gpu-grade.md").read_text().split("Host work per step")[1]
 
 
