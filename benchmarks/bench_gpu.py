@@ -104,7 +104,12 @@ def run_decode(
     widths: list[str] | None = None,
     eager_jacobi: bool = True,
 ) -> bool:
-    """Every decode run of the plan; False when a float32 run failed (in float32 every output must equal greedy's)."""
+    """Every decode run of the plan; False when a float32 run failed (in float32 every output must equal greedy's).
+
+    Each entry also says how many CUDA graphs torch recorded in it: about one per compiled graph of its settings is
+    the warm-up's; more means graphs recorded again during the timed calls, a capture that their timing pays.
+    """
+    counting = _profile_step().counting_graph_recordings
     ok = True
     for dtype, batch, prompts, rounds in plan["decode"]:
         argv = ["bench", "--task", "prompts", "--limit", str(prompts), "--batch-size", str(batch), "--dtype", dtype]
@@ -117,21 +122,32 @@ def run_decode(
             argv += ["--jacobi-paths", *(["eager"] if eager_jacobi else []), "compiled"]
         argv += ["--static-widths", *widths] if widths and compile_paths else []
         print(f"\n== decode {dtype} batch {batch}: hf-jacobi {' '.join(argv)}", flush=True)
-        start = time.perf_counter()
-        code = hf_jacobi(argv)
-        print(f"== decode {dtype} batch {batch}: {time.perf_counter() - start:.0f} s in all", flush=True)
+        start, recordings = time.perf_counter(), {}
+        with counting(recordings):
+            code = hf_jacobi(argv)
+        seconds = time.perf_counter() - start
+        print(
+            f"== decode {dtype} batch {batch}: {seconds:.0f} s in all, {recordings['recorded']} CUDA graphs recorded",
+            flush=True,
+        )
         if code != 0 and dtype == "float32":
             print(f"error: the float32 run at batch {batch} failed (exit {code})", file=sys.stderr, flush=True)
             ok = False
     return ok
 
 
+def _profile_step():
+    """benchmarks/profile_step.py as a module (it lies beside this script, not in the package)."""
+    spec = importlib.util.spec_from_file_location("profile_step", Path(__file__).with_name("profile_step.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_host(plan: dict, out: Path, tiny: bool, trace: bool = False) -> None:
     """The host work per step of each decode entry's batch and dtype (profile_step --split, compiled static path);
     with `trace`, also each call's kernels and launches per forward beside greedy's (profile_step --trace)."""
-    spec = importlib.util.spec_from_file_location("profile_step", Path(__file__).with_name("profile_step.py"))
-    profile_step = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile_step)
+    profile_step = _profile_step()
     for dtype, batch, _prompts, _rounds in plan["decode"]:
         argv = ["--batch-size", str(batch), "--dtype", dtype, "--max-new-tokens", plan["max_new_tokens"], "--split"]
         argv += ["--rounds", "3", "--top", "0", "--output", str(out / f"host-{dtype}-b{batch}.json")]

@@ -183,8 +183,8 @@ def trace_call(model, inputs: dict, kwargs: dict, warmups: int = 2) -> dict:
     with torch.inference_mode():
         for _ in range(warmups):
             model.generate(**inputs, **kwargs)
-        skips_before = _cudagraph_skips()
-        with torch.profiler.profile(activities=activities) as prof:
+        skips_before, recordings = _cudagraph_skips(), {}
+        with counting_graph_recordings(recordings), torch.profiler.profile(activities=activities) as prof:
             start = time.perf_counter()
             out = model.generate(**inputs, **kwargs)
             if cuda:
@@ -207,8 +207,38 @@ def trace_call(model, inputs: dict, kwargs: dict, warmups: int = 2) -> dict:
         "kernel_launches_per_forward": sum(by_name.get(name, 0) for name in LAUNCHES) / forwards,
         "graph_launches_per_forward": by_name.get("cudaGraphLaunch", 0) / forwards,
         "cudagraph_skips": _cudagraph_skips() - skips_before,
+        "graphs_recorded": recordings["recorded"],
         "top_kernels_ms_per_forward": {e.key[:80]: e.self_device_time_total / 1000 / forwards for e in top},
     }
+
+
+@contextmanager
+def counting_graph_recordings(counts: dict[str, int]):
+    """Counts the CUDA graphs torch records while the block runs, in `counts["recorded"]`.
+
+    After a warm-up a decoding call should replay its graphs and record none: a graph recorded again (torch does it
+    when a static input, such as a cache tensor or the slot-move plan, sits at a new address) costs a capture. Why it
+    happened is what TORCH_LOGS=cudagraphs would say, but with torch 2.11 that log fails an assertion inside torch
+    while it explains a re-recording (cudagraph_utils.log_data_ptr_mismatch), so it is counted instead.
+    """
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.CUDAGraphTreeManager
+    record = getattr(manager, "record_function", None)
+    counts.setdefault("recorded", 0)
+    if record is None:  # another torch: nothing to count with
+        yield
+        return
+
+    def counted(self, *args, **kwargs):
+        counts["recorded"] += 1
+        return record(self, *args, **kwargs)
+
+    manager.record_function = counted
+    try:
+        yield
+    finally:
+        manager.record_function = record
 
 
 def _cudagraph_skips() -> int:
@@ -302,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: {figures['forwards']} forwards, per forward {figures['wall_ms_per_forward']:.2f} ms wall "
                 f"(profiled), {figures['kernel_ms_per_forward']:.2f} ms of kernels, {figures['kernels_per_forward']:.0f} "
                 f"kernels, {figures['kernel_launches_per_forward']:.1f} kernel launches, "
-                f"{figures['graph_launches_per_forward']:.2f} graph launches; cudagraph skips {figures['cudagraph_skips']}"
+                f"{figures['graph_launches_per_forward']:.2f} graph launches; cudagraph skips {figures['cudagraph_skips']}, "
+                f"graphs recorded {figures['graphs_recorded']}"
             )
     rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[: args.top]
     for (file, line, name), (_, calls, own, _cumulative, _) in rows:

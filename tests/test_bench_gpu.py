@@ -261,5 +261,20 @@ def test_step_trace_profiles_a_jacobi_call_beside_greedy(tmp_path) -> None:
     assert jacobi["forwards"] == report["steps"] + 1
     assert greedy["forwards"] == 8 and jacobi["forwards"] <= greedy["forwards"]
     for figures in (jacobi, greedy):
-        assert figures["wall_ms_per_forward"] > 0 and figures["cudagraph_skips"] == 0
+        assert figures["wall_ms_per_forward"] > 0 and figures["cudagraph_skips"] == figures["graphs_recorded"] == 0
         assert figures["kernel_ms_per_forward"] == figures["graph_launches_per_forward"] == 0
+
+
+def test_graph_recordings_are_counted_while_the_block_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode entry reports the CUDA graphs torch recorded (a graph recorded again during timed calls costs them a
+    capture): the count wraps torch's recording call only while the block runs."""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.CUDAGraphTreeManager
+    monkeypatch.setattr(manager, "record_function", lambda self, *args: "recorded")
+    counts: dict[str, int] = {}
+    with _driver("profile_step").counting_graph_recordings(counts):
+        assert manager.record_function(None, "graph", []) == "recorded"
+        manager.record_function(None, "graph", [])
+    manager.record_function(None, "graph", [])
+    assert counts == {"recorded": 2}

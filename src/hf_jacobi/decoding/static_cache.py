@@ -249,27 +249,10 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
     if config.compile == "always":
         compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
         compile_config._compile_all_devices = True
-        return _one_graph_step_per_call(model.get_compiled_call(compile_config))
+        return model.get_compiled_call(compile_config)
     if generate_would_compile(model, generation_config, cache):  # generate's own rule (device, quantizer, offload)
-        return _one_graph_step_per_call(model.get_compiled_call(compile_config))
+        return model.get_compiled_call(compile_config)
     return model
-
-
-def _one_graph_step_per_call(compiled):
-    """The compiled call, each call of it marked as a new CUDA-graph step.
-
-    In mode "reduce-overhead" torch keeps the graphs of a process in one tree, and greedy decoding replays the same
-    compiled call (`get_compiled_call` is cached per model); Jacobi and greedy calls in turn on one model (bench does)
-    then failed inside torch on an H200 (cudagraph_trees: "length mismatch between inputs, recorded_data_ptr, and
-    placeholders"), and marking each verify forward as a step of its own cured it. The loop reads a step's logits
-    before its next forward, so letting that forward reuse their memory loses nothing.
-    """
-
-    def forward(*args, **kwargs):
-        torch.compiler.cudagraph_mark_step_begin()
-        return compiled(*args, **kwargs)
-
-    return forward
 
 
 def defer_slot_moves(cache: JacobiStaticCache, slots: StaticKVSlots) -> None:

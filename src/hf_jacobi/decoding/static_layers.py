@@ -34,13 +34,6 @@ class SlotMoves:
         if not torch.compiler.is_compiling():
             torch._dynamo.mark_static_address(self.plan)
 
-    def fits(self, batch: int, width: int, device: torch.device) -> bool:
-        # a tensor made under torch.inference_mode cannot be written outside it, nor the other way round
-        mode = torch.is_inference_mode_enabled()
-        return (
-            self.plan.shape == (batch, width + 1) and self.plan.device == device and self.plan.is_inference() == mode
-        )
-
     def record(self, start: int, order: list[list[int]]) -> None:
         """Writes down that, per row, the slot `start + c` takes the keys and values of `start + order[row][c]`."""
         plan = self._identity.copy()
@@ -90,16 +83,23 @@ class JacobiStaticCache(Cache):
     def __init__(self, num_layers: int, max_cache_len: int) -> None:
         super().__init__(layers=[JacobiStaticLayer(max_cache_len) for _ in range(num_layers)])
         self.moves: SlotMoves | None = None  # set while the forward carries out the moves
-        self._plans: SlotMoves | None = None  # kept across calls, so that the plan keeps its address
+        self._plans: dict[tuple, SlotMoves] = {}  # kept across calls, so that each plan keeps its address
 
     def defer_moves(self, batch: int, width: int, device: torch.device) -> SlotMoves:
-        """Makes every layer apply the cache's slot moves inside the next forward; the plan is kept across calls of
-        the same batch and widest forward, so that a recorded CUDA graph keeps reading the same tensor."""
-        if self._plans is None or not self._plans.fits(batch, width, device):
-            self._plans = SlotMoves(batch, width, device)
-        self._plans.clear()
-        self._set_moves(self._plans)
-        return self._plans
+        """Makes every layer apply the cache's slot moves inside the next forward.
+
+        One plan per batch and widest forward, kept across calls: a recorded CUDA graph reads its plan where it was
+        recorded, and a plan at a new address makes torch record the graph again (a capture every call, when calls
+        of two settings take turns on one model, as bench's do).
+        """
+        # a tensor made under torch.inference_mode cannot be written outside it, nor the other way round
+        key = (batch, width, device, torch.is_inference_mode_enabled())
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = SlotMoves(batch, width, device)
+        plan.clear()
+        self._set_moves(plan)
+        return plan
 
     def move_eagerly(self) -> None:
         """Back to moving slots at the commit (a call whose forward is not compiled, on a reused cache)."""
