@@ -27,6 +27,7 @@ About 8 minutes on one H100/H200 for the full plan.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import platform
@@ -34,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -106,10 +108,10 @@ def run_decode(
 ) -> bool:
     """Every decode run of the plan; False when a float32 run failed (in float32 every output must equal greedy's).
 
-    Each entry also says how many CUDA graphs torch recorded in it: about one per compiled graph of its settings is
-    the warm-up's; more means graphs recorded again during the timed calls, a capture that their timing pays.
+    Each entry also writes how many CUDA graphs torch recorded per setting, in its warm-up and in its timed calls
+    (`recordings.json`): a graph recorded during timed calls is a capture their timing pays, which would make that
+    setting (greedy's baseline included) look slower than it is.
     """
-    counting = _profile_step().counting_graph_recordings
     ok = True
     for dtype, batch, prompts, rounds in plan["decode"]:
         argv = ["bench", "--task", "prompts", "--limit", str(prompts), "--batch-size", str(batch), "--dtype", dtype]
@@ -123,12 +125,14 @@ def run_decode(
         argv += ["--static-widths", *widths] if widths and compile_paths else []
         print(f"\n== decode {dtype} batch {batch}: hf-jacobi {' '.join(argv)}", flush=True)
         start, recordings = time.perf_counter(), {}
-        with counting(recordings):
+        with recordings_per_setting(recordings):
             code = hf_jacobi(argv)
         seconds = time.perf_counter() - start
+        folder = out / f"decode-{dtype}-b{batch}"
+        if folder.is_dir():
+            (folder / "recordings.json").write_text(json.dumps(recordings, indent=2))
         print(
-            f"== decode {dtype} batch {batch}: {seconds:.0f} s in all, {recordings['recorded']} CUDA graphs recorded",
-            flush=True,
+            f"== decode {dtype} batch {batch}: {seconds:.0f} s in all; CUDA graphs recorded: {recordings}", flush=True
         )
         if code != 0 and dtype == "float32":
             print(f"error: the float32 run at batch {batch} failed (exit {code})", file=sys.stderr, flush=True)
@@ -136,6 +140,37 @@ def run_decode(
     return ok
 
 
+@contextmanager
+def recordings_per_setting(counts: dict[str, dict[str, int]]):
+    """While the block runs, counts the CUDA graphs recorded during each bench setting's calls, apart for its untimed
+    warm-up and its timed calls: `counts[setting]["warm-up" | "timed"]`."""
+    from hf_jacobi.bench import runner
+
+    decode, warm_up, phase = runner._Decoder.decode, runner._warm_up, ["timed"]
+
+    def counted_decode(self, setting, *args, **kwargs):
+        recorded: dict[str, int] = {}
+        with _profile_step().counting_graph_recordings(recorded):
+            result = decode(self, setting, *args, **kwargs)
+        per_setting = counts.setdefault(setting.name, {"warm-up": 0, "timed": 0})
+        per_setting[phase[0]] += recorded["recorded"]
+        return result
+
+    def marked_warm_up(*args, **kwargs):
+        phase[0] = "warm-up"
+        try:
+            return warm_up(*args, **kwargs)
+        finally:
+            phase[0] = "timed"
+
+    runner._Decoder.decode, runner._warm_up = counted_decode, marked_warm_up
+    try:
+        yield
+    finally:
+        runner._Decoder.decode, runner._warm_up = decode, warm_up
+
+
+@functools.cache
 def _profile_step():
     """benchmarks/profile_step.py as a module (it lies beside this script, not in the package)."""
     spec = importlib.util.spec_from_file_location("profile_step", Path(__file__).with_name("profile_step.py"))

@@ -58,6 +58,10 @@ def test_tiny_run_writes_every_phase_and_projects_from_the_curves(tmp_path: Path
         assert p["projected_speedup"] == pytest.approx(p["measured_forward_saving"] / p["cost_vs_one_token"])
         assert (p["projected_speedup_at_paper_tpf"] is None) == (p["batch_size"] > 1)
     assert "Projection (not a measurement)" in (out / "gpu-grade.md").read_text()
+    # per setting, the CUDA graphs recorded in its warm-up and its timed calls (none without CUDA)
+    recordings = json.loads((out / "decode-float32-b1" / "recordings.json").read_text())
+    assert {r["setting"] for r in decode if r["batch_size"] == 1} == set(recordings)
+    assert all(counts == {"warm-up": 0, "timed": 0} for counts in recordings.values())
 
 
 def test_step_profile_reports_host_time_per_step(capsys: pytest.CaptureFixture[str]) -> None:
