@@ -95,6 +95,36 @@ def test_compiled_baseline_falls_back_to_static_cache_when_compilation_fails(gem
     assert "torch.compile mode" not in report.notes(run, report.summarize(run), 1, 8)
 
 
+def test_the_compiled_baseline_keeps_one_static_cache_across_its_calls(monkeypatch):
+    """generate makes a new static cache every call, and new tensors under a recorded CUDA graph make torch capture it
+    again: the compiled baseline gets one cache, sized for the longest prompt, reset before each of its calls (warm-up
+    and timed alike), and stays identical to plain greedy. Compiled here with dynamo's eager backend, to stay short."""
+    from transformers import CompileConfig, StaticCache
+
+    from hf_jacobi.bench import settings as bench_settings_module
+
+    monkeypatch.setattr(
+        bench_settings_module, "CompileConfig", lambda **kwargs: CompileConfig(backend="eager", mode=None)
+    )
+    model = enable_jacobi(tiny_model("llama", 0))
+    caches = []
+    generate = model.generate
+
+    def spying(*args, **kwargs):
+        if kwargs.get("compile_config") is not None:
+            caches.append(next(v for k, v in kwargs.items() if isinstance(v, StaticCache)))
+            assert "cache_implementation" not in kwargs
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spying)
+    torch._dynamo.reset()
+    settings = [s for s in bench_settings([4], ["plain"]) if s.kind != JACOBI]
+    run = run_bench(model, tiny_tokenizer(), word_task(3), settings, max_new_tokens=8, progress=False, rounds=2)
+    assert len(caches) == 2 + 3 * 2 and len({id(cache) for cache in caches}) == 1  # warm-up, then 3 prompts twice
+    assert all(s.identical for s in run.samples)
+    torch._dynamo.reset()
+
+
 def test_the_compiled_baseline_is_transformers_default_reduce_overhead_and_says_so():
     (setting,) = [s for s in bench_settings([4], ["plain"]) if s.kind == AR_COMPILED]
     kwargs = setting.generate_kwargs(torch.device("cpu"))

@@ -163,7 +163,8 @@ def notes(run: BenchRun, rows: list[dict[str, Any]], batch_size: int, max_new_to
     if any(setting.kind == AR_COMPILED for setting in run.settings):
         lines.append(
             f"AR (static cache + compile) = greedy on a static cache with torch.compile mode {AR_COMPILE_MODE!r} "
-            "(transformers' default for a compiled cache: CUDA graphs on a GPU)."
+            "(transformers' default for a compiled cache: CUDA graphs on a GPU), one cache kept across its calls and "
+            "reset before each, as a server keeps it (a new cache per call would make a GPU capture its graph again)."
         )
     compiling = {setting.name for setting in run.settings if setting.compiled}
     compiled = {name: seconds for name, seconds in run.warmup_seconds.items() if name in compiling}
