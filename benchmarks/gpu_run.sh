@@ -28,6 +28,6 @@ set -- $D
 while [ $# -gt 0 ]; do
   left=$(( (end - SECONDS - 5) / $# )); [ "$left" -lt 1 ] && left=1
   timeout $left python3 benchmarks/bench_gpu.py $TINY --phases decode --decode $1 --compiled-jacobi-only --output-dir "$OUT/gpu" > "$OUT/gpu/decode-${1/:/-b}.log" 2>&1
-  echo "decode $1 rc $? at $SECONDS s"; grep -h "tok/s\|^|" "$OUT/gpu/decode-${1/:/-b}.log" | tail -12
+  echo "decode $1 rc $? at $SECONDS s"; grep -h "tok/s\|^|\|CUDA graphs recorded" "$OUT/gpu/decode-${1/:/-b}.log" | tail -13
   shift
 done
