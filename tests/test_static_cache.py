@@ -385,19 +385,31 @@ def test_the_compiled_forward_compiles_once_per_width(static_widths):
     torch._dynamo.reset()
 
 
+def _slot_moves_calls(monkeypatch, method: str) -> list[tuple]:
+    """The arguments of every call of `SlotMoves.<method>` while the test runs (the call itself goes through)."""
+    calls: list[tuple] = []
+    original = getattr(static_layers.SlotMoves, method)
+    monkeypatch.setattr(static_layers.SlotMoves, method, lambda self, *a: calls.append(a) or original(self, *a))
+    return calls
+
+
+def _compiling_llama(batch: int, length: int, seed: int, max_new_tokens: int):
+    """A fresh tiny llama with Jacobi, dynamo's eager backend to compile with (short), prompts, greedy's kwargs and
+    greedy's output on them."""
+    torch._dynamo.reset()
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    ids, mask = random_prompts(batch, length, seed=seed)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": max_new_tokens}
+    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
+    return model, compile_config, ids, kwargs, model.generate(ids, **kwargs)
+
+
 def test_a_compiled_forward_moves_the_winning_branch_inside_itself(monkeypatch):
     """On the compiled path a winning branch's keys and values are moved inside the next forward (each layer applies
     the cache's `SlotMoves` plan before writing), not at the commit; an eager call on the same, reused cache moves them
     at the commit again, and a compiled one after it defers again. Every output stays greedy's."""
-    records = []
-    record = static_layers.SlotMoves.record
-    monkeypatch.setattr(static_layers.SlotMoves, "record", lambda self, *a: records.append(a) or record(self, *a))
-    torch._dynamo.reset()
-    model = enable_jacobi(fresh_tiny_model("llama", 0))
-    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
-    ids, mask = random_prompts(3, 9, seed=5)
-    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 30}
-    greedy = model.generate(ids, **kwargs)
+    records = _slot_moves_calls(monkeypatch, "record")
+    model, compile_config, ids, kwargs, greedy = _compiling_llama(3, 9, seed=5, max_new_tokens=30)
     moved = []
     for compile_mode in ("always", "never", "always"):
         records.clear()
@@ -420,15 +432,8 @@ def test_settings_taking_turns_on_one_model_keep_their_slot_move_plans(monkeypat
     """A compiled forward reads its slot-move plan at a fixed address (a CUDA graph replays it there; a plan at a new
     address makes torch record the graph again). Two settings of different widths taking turns on one model, as
     bench's do, each keep their own plan: once both have run, later calls make no new plan. Outputs stay greedy's."""
-    made = []
-    init = static_layers.SlotMoves.__init__
-    monkeypatch.setattr(static_layers.SlotMoves, "__init__", lambda self, *a: made.append(a) or init(self, *a))
-    torch._dynamo.reset()
-    model = enable_jacobi(fresh_tiny_model("llama", 0))
-    compile_config = CompileConfig(backend="eager", mode=None, fullgraph=True)
-    ids, mask = random_prompts(2, 8, seed=7)
-    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 20}
-    greedy = model.generate(ids, **kwargs)
+    made = _slot_moves_calls(monkeypatch, "__init__")
+    model, compile_config, ids, kwargs, greedy = _compiling_llama(2, 8, seed=7, max_new_tokens=20)
     widths, plans = set(), []
     for _ in range(3):
         for setting in ("all", "recycling"):
