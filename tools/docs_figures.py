@@ -930,15 +930,12 @@ def gpu_tpf_settings(page: Page) -> str:
 TRACE = "gpu-h200-trace"  # where a step's time goes on the device and the host (H200, 2026-11-27, session 23)
 
 
-def _trace_split(dtype: str, batch: int) -> dict | None:
+def _trace_split(dtype: str, batch: int) -> dict:
     """A traced entry's unprofiled split (profile_step --split): its own file's medians, or the transcribed split."""
     record = load(f"{TRACE}/trace-{dtype}-b{batch}.json")
     if "split_rounds" in record:
         step = statistics.median(r["ms_per_step"] for r in record["split_rounds"])
         return {"ms": step, "device": record["device_ms_per_step"], "host": record["host_ms_per_step"]}
-    path = RESULTS / TRACE / f"split-{dtype}-b{batch}.json"
-    if not path.exists():
-        return None
     split = load(f"{TRACE}/split-{dtype}-b{batch}.json")
     device, host = split["device_ms_per_step"], split["host_ms_per_step"]
     return {"ms": device + host, "device": device, "host": host}

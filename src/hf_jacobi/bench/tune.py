@@ -11,7 +11,6 @@ alone must never make decoding slower. This module measures; `tune_choice` predi
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import statistics
@@ -97,7 +96,7 @@ def write_generation_config(
     config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
     chosen = choice.config
     if choice.compiled and accelerator:
-        chosen = dataclasses.replace(chosen, cache_implementation=AUTO_CACHE, compile="auto")
+        chosen = chosen.replace(cache_implementation=AUTO_CACHE, compile="auto")
     return chosen.write_to(config)
 
 
