@@ -39,6 +39,7 @@ import pstats
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,6 +48,7 @@ import transformers
 
 from hf_jacobi.batching import left_padded
 from hf_jacobi.bench.architectures import random_model
+from hf_jacobi.bench.runner import KeptStaticCaches
 from hf_jacobi.data.prompts import encode_prompts, load_prompts
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
@@ -130,12 +132,17 @@ def _timed_steps(times: dict[str, float]):
 
 
 def split_rounds(model, inputs: dict, kwargs: dict, rounds: int) -> list[dict[str, float]]:
-    """Per call: ms per step, of which the device part (forward to read-back) and the host work around it."""
+    """Per call: ms per step, of which the device part (forward to read-back) and the host work around it; and the
+    whole call, whose time outside the steps (prefill, the cache's set-up, a CUDA graph recorded again) a benchmark's
+    per-call figure pays too."""
     figures = []
     for _ in range(rounds):
         times = {"step": 0.0, "verify": 0.0, "steps": 0}
         with torch.inference_mode(), _timed_steps(times):
+            start = time.perf_counter()
             model.generate(**inputs, **kwargs)
+            _synchronize()
+            call = time.perf_counter() - start
         steps = max(times["steps"], 1)
         figures.append(
             {
@@ -143,9 +150,16 @@ def split_rounds(model, inputs: dict, kwargs: dict, rounds: int) -> list[dict[st
                 "ms_per_step": 1000 * times["step"] / steps,
                 "device_ms_per_step": 1000 * times["verify"] / steps,
                 "host_ms_per_step": 1000 * (times["step"] - times["verify"]) / steps,
+                "call_ms": 1000 * call,
+                "outside_steps_ms": 1000 * (call - times["step"]),
             }
         )
     return figures
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 @contextmanager
@@ -166,14 +180,15 @@ def _ranged_steps():
         loop._step = step
 
 
-def trace_call(model, inputs: dict, kwargs: dict, warmups: int = 2) -> dict:
+def trace_call(model, inputs: dict, call_kwargs: Callable[[], dict], warmups: int = 2) -> dict:
     """One call under torch's profiler with the device's activities, after `warmups` untimed calls (compiling, then
     recording the CUDA graph): what the device computed and what the host launched, per forward.
 
     Why: a step's wall time alone cannot tell a loop whose device idles (host-bound: launches, Python) from one whose
     kernels are slow (device-bound: width, attention over the cache), and the cure differs. Counts are per forward
     with the prefill included (one eager forward per call, for greedy and Jacobi alike), so a compiled forward that
-    replays a CUDA graph shows about one graph launch and few kernel launches per forward.
+    replays a CUDA graph shows about one graph launch and few kernel launches per forward. `call_kwargs` gives each
+    call's generate arguments (greedy's kept cache is reset for every call).
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
@@ -182,8 +197,9 @@ def trace_call(model, inputs: dict, kwargs: dict, warmups: int = 2) -> dict:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.inference_mode():
         for _ in range(warmups):
-            model.generate(**inputs, **kwargs)
+            model.generate(**inputs, **call_kwargs())
         skips_before, recordings = _cudagraph_skips(), {}
+        kwargs = call_kwargs()
         with counting_graph_recordings(recordings), torch.profiler.profile(activities=activities) as prof:
             start = time.perf_counter()
             out = model.generate(**inputs, **kwargs)
@@ -306,11 +322,18 @@ def main(argv: list[str] | None = None) -> int:
         rounds = split_rounds(model, inputs, kwargs, args.rounds)
         host = statistics.median(r["host_ms_per_step"] for r in rounds)
         device_part = statistics.median(r["device_ms_per_step"] for r in rounds)
+        outside = statistics.median(r["outside_steps_ms"] for r in rounds)
         print(
             f"host work per step (median of {len(rounds)}): {host:.2f} ms beside {device_part:.2f} ms from the "
             f"forward's launch to its read-back; rounds: " + ", ".join(f"{r['host_ms_per_step']:.2f}" for r in rounds)
         )
-        report.update(host_ms_per_step=host, device_ms_per_step=device_part, split_rounds=rounds)
+        print(
+            f"per call: {statistics.median(r['call_ms'] for r in rounds):.1f} ms, of which {outside:.1f} ms outside "
+            "its steps (prefill, set-up, any graph recorded again)"
+        )
+        report.update(
+            host_ms_per_step=host, device_ms_per_step=device_part, outside_steps_ms=outside, split_rounds=rounds
+        )
     if args.ops:
         with (
             torch.inference_mode(),
@@ -324,9 +347,14 @@ def main(argv: list[str] | None = None) -> int:
         report["ops_per_step"] = ops.total() / steps
         report["ops_by_name_per_step"] = {name: count / steps for name, count in ops.most_common()}
     if args.trace:
+        # greedy as bench times it: generate compiles it on the static cache, kept across calls and reset before each
         greedy = dict(max_new_tokens=args.max_new_tokens, do_sample=False, return_dict_in_generate=True)
         greedy["cache_implementation"] = "static"
-        report["trace"] = {"jacobi": trace_call(model, inputs, kwargs), "greedy": trace_call(model, inputs, greedy)}
+        kept, (batch, prompt) = KeptStaticCaches(model), inputs["input_ids"].shape
+        report["trace"] = {
+            "jacobi": trace_call(model, inputs, lambda: kwargs),
+            "greedy": trace_call(model, inputs, lambda: kept.kwargs(greedy, batch, prompt + args.max_new_tokens)),
+        }
         for name, figures in report["trace"].items():
             print(
                 f"{name}: {figures['forwards']} forwards, per forward {figures['wall_ms_per_forward']:.2f} ms wall "

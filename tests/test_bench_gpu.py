@@ -100,6 +100,9 @@ def test_step_profile_splits_each_step_into_host_work_and_its_device_part(tmp_pa
     for r in rounds:
         assert 0 < r["host_ms_per_step"] < r["ms_per_step"] and 0 < r["device_ms_per_step"] < r["ms_per_step"]
         assert r["host_ms_per_step"] + r["device_ms_per_step"] == pytest.approx(r["ms_per_step"])
+        # the whole call holds its steps and the prefill outside them
+        assert r["call_ms"] == pytest.approx(r["steps"] * r["ms_per_step"] + r["outside_steps_ms"])
+        assert r["outside_steps_ms"] > 0
     assert report["host_ms_per_step"] == pytest.approx(sum(r["host_ms_per_step"] for r in rounds) / 2)  # median
 
 
@@ -252,11 +255,24 @@ def test_the_gpu_kit_never_overwrites_a_folder_that_is_not_a_kit(tmp_path: Path)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_step_trace_profiles_a_jacobi_call_beside_greedy(tmp_path) -> None:
+def test_step_trace_profiles_a_jacobi_call_beside_greedy(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--trace profiles one Jacobi call and one greedy call on the static cache: forwards count the prefill and the
     steps (Jacobi) or one per new token (greedy), and the device figures are zero on a CPU, where there is no device
-    activity to trace (on a GPU they tell a host-bound step from a device-bound one)."""
+    activity to trace (on a GPU they tell a host-bound step from a device-bound one). Greedy runs as bench times it:
+    one static cache for its warm-ups and its profiled call."""
+    from hf_jacobi.bench import runner
+    from hf_jacobi.decoding.cache import CACHE_ARGUMENT
+
     profile = _driver("profile_step")
+    caches = []
+
+    class Kept(runner.KeptStaticCaches):
+        def kwargs(self, kwargs: dict, batch: int, length: int) -> dict:
+            chosen = super().kwargs(kwargs, batch, length)
+            caches.append(chosen[CACHE_ARGUMENT])
+            return chosen
+
+    monkeypatch.setattr(profile, "KeptStaticCaches", Kept)
     out = tmp_path / "trace.json"
     argv = ["--tiny", "--path", "eager", "--max-new-tokens", "8", "--top", "1", "--trace", "--output", str(out)]
     assert profile.main(argv) == 0
@@ -267,6 +283,7 @@ def test_step_trace_profiles_a_jacobi_call_beside_greedy(tmp_path) -> None:
     for figures in (jacobi, greedy):
         assert figures["wall_ms_per_forward"] > 0 and figures["cudagraph_skips"] == figures["graphs_recorded"] == 0
         assert figures["kernel_ms_per_forward"] == figures["graph_launches_per_forward"] == 0
+    assert len(caches) == 3 and all(cache is caches[0] for cache in caches)  # two warm-ups and the profiled call
 
 
 def test_graph_recordings_are_counted_while_the_block_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,7 +71,7 @@ class BenchRun:
 class _Decoder:
     """Runs one setting on one batch and turns the output into per-row results.
 
-    `longest_prompt` sizes the compiled baseline's static cache, which is kept across its calls (`_kept_cache`).
+    `longest_prompt` sizes the compiled baseline's static cache, which is kept across its calls (`KeptStaticCaches`).
     """
 
     def __init__(self, model, tokenizer, task: BenchTask, max_new_tokens: int, longest_prompt: int = 0) -> None:
@@ -83,30 +83,38 @@ class _Decoder:
         self.eos_ids = eos_token_ids(model.generation_config)
         self.pad_id = model.generation_config.pad_token_id
         self.stops = {"stop_strings": list(task.stop_strings), "tokenizer": tokenizer} if task.stop_strings else {}
-        self._caches: dict[int, tuple[int, StaticCache]] = {}  # per batch size: its length and the cache
+        self._caches = KeptStaticCaches(model)
 
     def decode(self, setting: Setting, inputs: dict[str, torch.Tensor], max_new_tokens: int | None = None) -> Decoded:
         tokens = max_new_tokens or self.max_new_tokens
         kwargs = setting.generate_kwargs(self.model.device)
         if setting.kind == AR_COMPILED:
-            kwargs = self._kept_cache(kwargs, inputs["input_ids"].shape, tokens)
+            batch, prompt = inputs["input_ids"].shape
+            kwargs = self._caches.kwargs(kwargs, batch, max(prompt, self.longest_prompt) + tokens)
         return decode(self.model, inputs, tokens, kwargs, eos_ids=self.eos_ids, pad_id=self.pad_id, **self.stops)
 
-    def _kept_cache(self, kwargs: dict, shape: torch.Size, tokens: int) -> dict:
-        """The compiled baseline's arguments with one static cache per batch size, kept across calls and reset before
-        each, as a server keeps its cache.
 
-        generate makes a new static cache every call; under a recorded CUDA graph new tensors make torch capture the
-        graph again, and with other settings' calls in between (as here) they seldom land where the last ones lay, so
-        each timed greedy call could pay a capture that a user who keeps the cache does not: a slower baseline.
-        """
-        batch, prompt = shape
-        needed = max(prompt, self.longest_prompt) + tokens
-        length, cache = self._caches.get(batch, (0, None))
-        if cache is None or length < needed:
+class KeptStaticCaches:
+    """Greedy's static caches kept across `generate` calls, one per batch size, each reset before its next call, as
+    a server keeps its cache.
+
+    generate makes a new static cache every call; under a recorded CUDA graph new tensors make torch capture the
+    graph again, and with other settings' calls in between (as in bench) they seldom land where the last ones lay, so
+    each timed greedy call could pay a capture that a user who keeps the cache does not: a slower baseline.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self._caches: dict[int, tuple[int, StaticCache]] = {}  # per batch size: its length and the cache
+
+    def kwargs(self, kwargs: dict, batch: int, length: int) -> dict:
+        """`kwargs` with this batch size's cache (made, or grown, when it holds fewer than `length` slots) in place of
+        `cache_implementation`."""
+        have, cache = self._caches.get(batch, (0, None))
+        if cache is None or have < length:
             config = self.model.config.get_text_config(decoder=True)
-            cache = StaticCache(config=config, max_cache_len=needed)
-            self._caches[batch] = (needed, cache)
+            cache = StaticCache(config=config, max_cache_len=length)
+            self._caches[batch] = (length, cache)
         else:
             cache.reset()
         kwargs = {key: value for key, value in kwargs.items() if key != "cache_implementation"}
