@@ -13,14 +13,13 @@ from hf_jacobi.data.trajectories import TrajectoryRecorder, block_states, first_
 from hf_jacobi.decoding.masks import AttentionLayout
 from hf_jacobi.training.collator import (
     ANCHOR_TEXT,
-    IGNORE_INDEX,
     NO_BLOCK,
-    NO_TEACHER,
     CleanView,
     JacobiForcingCollator,
     Segment,
     pack_trajectory,
 )
+from hf_jacobi.training.losses import IGNORE_INDEX, NO_TEACHER
 from hf_jacobi.training.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
 from hf_jacobi.training.schedule import choose_states, target_noise
 from tiny_models import EOS, FAMILIES, PAD, random_prompts, tiny_model

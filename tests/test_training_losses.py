@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from hf_jacobi import JacobiForcingTrainer
-from hf_jacobi.training.collator import IGNORE_INDEX
-from hf_jacobi.training.losses import LossItems, ar_loss, base_kl_loss, consistency_loss
+from hf_jacobi.training.losses import IGNORE_INDEX, LossItems, ar_loss, base_kl_loss, consistency_loss
 from test_training import config
 from test_training_data import trajectory
 from tiny_models import fresh_tiny_model, tiny_tokenizer

@@ -18,16 +18,11 @@ import torch
 
 from ..data.trajectories import first_mismatch
 from ..decoding.drafts import stable_seed
+from .losses import IGNORE_INDEX, NO_TEACHER
 from .schedule import choose_states, target_noise
 
 if TYPE_CHECKING:
     from .config import JacobiForcingConfig
-
-IGNORE_INDEX = -100
-"""`ar_targets` value of a token that predicts nothing (PyTorch's and transformers' ignore index)."""
-
-NO_TEACHER = -1
-"""`teacher_index` value of a token that gets no consistency loss."""
 
 NO_BLOCK = -1
 """`block_ids` value of a token outside every block (the prompt and padding)."""

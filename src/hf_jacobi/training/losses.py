@@ -23,7 +23,11 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .collator import IGNORE_INDEX, NO_TEACHER
+IGNORE_INDEX = -100
+"""`ar_targets` value of a token that predicts nothing (PyTorch's and transformers' ignore index)."""
+
+NO_TEACHER = -1
+"""`teacher_index` value of a token that gets no consistency loss."""
 
 CONSISTENCY_NORMALIZATIONS = ("blocks", "tokens")
 

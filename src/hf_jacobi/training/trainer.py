@@ -28,10 +28,10 @@ from ..hub.card import CITATION, CardInfo, render_model_card
 from ..hub.export import base_generation_config, prepare_publish_folder
 from ..hub.upload import is_checkpoint_folder
 from .adapter_switch import AdapterSwitch
-from .collator import NO_TEACHER, CleanView, JacobiForcingCollator, Segment
+from .collator import CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, training_datasets
-from .losses import LossItems, ar_loss, base_kl_loss, consistency_loss
+from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
 
 
