@@ -1,0 +1,166 @@
+"""The results page's CPU benches of the embedded model: each round's bench table, the shipped adapter's decoding
+paths, the tuner's roofline and predictions, and greedy's speed across the sittings."""
+
+from __future__ import annotations
+
+from .core import JF, Page, block, load, markdown_table
+
+
+@block("bench-md-round4")
+def bench_md_round4(page: Page) -> str:
+    return markdown_table(f"{JF}/bench-round4/bench.md") + f"\n\nFile: {page.ref(f'{JF}/bench-round4/bench.json')}."
+
+
+@block("bench-md-round3")
+def bench_md_round3(page: Page) -> str:
+    return markdown_table(f"{JF}/bench-trained/bench.md") + f"\n\nFile: {page.ref(f'{JF}/bench-trained/bench.json')}."
+
+
+@block("bench-md-round2")
+def bench_md_round2(page: Page) -> str:
+    folder = f"{JF}/bench-round2-beside-round3-onpolicy"
+    return markdown_table(f"{folder}/bench.md") + f"\n\nFile: {page.ref(f'{folder}/bench.json')}."
+
+
+@block("bench-md-untrained")
+def bench_md_untrained(page: Page) -> str:
+    folder = f"{JF}/bench-untrained"
+    return markdown_table(f"{folder}/bench.md") + f"\n\nFile: {page.ref(f'{folder}/bench.json')}."
+
+
+@block("humaneval-chat")
+def humaneval_chat(page: Page) -> str:
+    return markdown_table("cpu-humaneval-chat.md") + f"\n\nFile: {page.ref('cpu-humaneval-chat.json')}."
+
+
+@block("humaneval-raw")
+def humaneval_raw(page: Page) -> str:
+    return markdown_table("cpu-humaneval-raw.md") + f"\n\nFile: {page.ref('cpu-humaneval-raw.json')}."
+
+
+def _roofline(path: str) -> str:
+    curve = {int(k): v for k, v in load(path)["roofline_seconds"].items()}
+    rows = ["| tokens | ms | x one token |", "|---:|---:|---:|"]
+    rows += [f"| {n} | {s * 1000:.2f} | {s / curve[1]:.2f} |" for n, s in sorted(curve.items())]
+    return "\n".join(rows)
+
+
+def _predictions(path: str, limit: int) -> str:
+    """The tuner's best `limit` predictions, against its prediction for greedy."""
+    predictions = load(path)["predictions"]
+    greedy = next(p["predicted_tokens_per_s"] for p in predictions if p["candidate"] == "greedy")
+    rows = [
+        "| setting | tokens/forward | mean width | predicted tok/s | vs greedy |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for p in predictions[:limit]:
+        rows.append(
+            f"| {p['candidate']} | {p['tokens_per_forward']:.2f} | {p['mean_width']:.1f} | "
+            f"{p['predicted_tokens_per_s']:.1f} | {p['predicted_tokens_per_s'] / greedy:.2f}x |"
+        )
+    return "\n".join(rows)
+
+
+@block("tune-embedded")
+def tune_embedded(page: Page) -> str:
+    path = "cpu-tune-embedded.json"
+    data = load(path)
+    verified = data["verified"][0]
+    return (
+        _roofline(path)
+        + "\n\n"
+        + _predictions(path, 5)
+        + f"\n\nThe knee (the widest forward within 1.5x a one-token forward) is {data['roofline_knee_tokens']} "
+        f"tokens; the best prediction ({verified['candidate']}) was timed at {verified['speedup']:.2f}x greedy, "
+        f'inside the 3% margin, so tune wrote `decoding="{data["choice"]["decoding"]}"`. File: {page.ref(path)}.'
+    )
+
+
+@block("tune-trained")
+def tune_trained(page: Page) -> str:
+    path = f"{JF}/tune-trained.json"
+    data = load(path)
+    rows = _predictions(path, 5)
+    timed = "; ".join(
+        f"{v['candidate']} {v['speedup']:.2f}x (medians {v['seconds']:.1f} s against {v['greedy_seconds']:.1f} s)"
+        for v in data["verified"]
+    )
+    return (
+        _roofline(path)
+        + "\n\n"
+        + rows
+        + f"\n\nTimed against greedy over {data['verified'][0]['rounds']} alternating rounds: {timed}. "
+        f"File: {page.ref(path)}."
+    )
+
+
+@block("tune-round4")
+def tune_round4(page: Page) -> str:
+    path = f"{JF}/tune-round4.json"
+    data = load(path)
+    timed = "; ".join(f"{v['candidate']} {v['speedup']:.2f}x" for v in data["verified"])
+    one = data["roofline_seconds"]["1"] * 1000
+    return (
+        f"timed against greedy on its train-prompt sample: {timed} (its one-token forward measured {one:.0f} ms, a "
+        f"disturbed reading; {page.ref(f'{JF}/tune-round4.md')})"
+    )
+
+
+REPAIR_PATHS = f"{JF}/bench-repair-paths/bench.json"
+SHIPPED_PATHS = f"{JF}/bench-base-scale-paths/bench.json"
+RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
+PATHS_HELDOUT = f"{JF}/paths-heldout-base-scale/bench.json"
+
+
+def _bench_paths(page: Page, path: str) -> str:
+    rows = load(path)["summary"]
+    looping = "; ".join(f"{row['setting']} {row['collapsed']} of {row['samples']}" for row in rows)
+    return (
+        markdown_table(path.replace("bench.json", "bench.md"))
+        + f"\n\nAnswers that end in a loop (the last 64 tokens under 40% distinct 4-grams): {looping}. "
+        f"File: {page.ref(path)}."
+    )
+
+
+@block("bench-md-repair-paths")
+def bench_md_repair_paths(page: Page) -> str:
+    return _bench_paths(page, REPAIR_PATHS)
+
+
+@block("bench-md-shipped-paths")
+def bench_md_shipped_paths(page: Page) -> str:
+    return _bench_paths(page, SHIPPED_PATHS)
+
+
+@block("bench-md-retune-heldout")
+def bench_md_retune_heldout(page: Page) -> str:
+    """The shipped adapter's candidate defaults on held-out prompts no default was chosen on (recipe `retune-heldout`)."""
+    return _bench_paths(page, RETUNE_HELDOUT)
+
+
+@block("bench-md-paths-heldout")
+def bench_md_paths_heldout(page: Page) -> str:
+    """The shipped default eager and on the static cache, not compiled and compiled, in one width and in five (recipe
+    `paths-heldout`)."""
+    return _bench_paths(page, PATHS_HELDOUT)
+
+
+# every CPU bench of the embedded model: greedy's speed differs between sittings
+CPU_BENCHES = [
+    "cpu-humaneval-chat.json",
+    "cpu-humaneval-raw.json",
+    f"{JF}/bench-untrained/bench.json",
+    f"{JF}/bench-trained/bench.json",
+    f"{JF}/bench-round2-beside-round3-onpolicy/bench.json",
+    f"{JF}/bench-round4/bench.json",
+    REPAIR_PATHS,
+    SHIPPED_PATHS,
+    RETUNE_HELDOUT,
+    PATHS_HELDOUT,
+]
+
+
+@block("greedy-speed-range")
+def greedy_speed_range(page: Page) -> str:
+    speeds = [row["tokens_per_s"] for path in CPU_BENCHES for row in load(path)["summary"] if row["kind"] == "ar"]
+    return f"{min(speeds):.1f} to {max(speeds):.1f}"

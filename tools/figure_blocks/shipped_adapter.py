@@ -1,0 +1,216 @@
+"""The shipped adapter's evaluation and quality rows beside the earlier rounds' (the README's glance, the eval
+tables and the quality study), quoted alike by the README, the results page and the model card."""
+
+from __future__ import annotations
+
+from .core import (
+    JF,
+    REPAIR,
+    ROUND2,
+    ROUND3,
+    ROUND4,
+    SHIPPED,
+    Page,
+    base,
+    bench_rows,
+    block,
+    bold_if,
+    evaluation,
+    load,
+    markdown_table,
+    trained,
+)
+from .cpu_bench import PATHS_HELDOUT
+from .gpu_grade import SHIPPED_GRADE, grade_best
+
+QUALITY_FRONT = "quality-cpu/front"
+"""The answer-quality study of every adapter (`hf-jacobi quality`, merged with --merge)."""
+SHIPPED_QUALITY = "base-scale-shipped"
+"""The shipped adapter's name in that study."""
+PREVIOUS_QUALITY = "repair-100-steps"
+"""The adapter it replaced (the repair round's step 100, shipped until 2026-11-26), whose speed was measured on GPUs."""
+
+
+def quality_model(name: str) -> dict:
+    return next(m for m in load(f"{QUALITY_FRONT}/quality.json")["models"] if m["name"] == name)
+
+
+PACKAGES_ROWS = [  # (label, evaluation of the 16 `packages` test prompts at 64 tokens, or None for the base)
+    ("base SmolLM2-135M-Instruct", None),
+    ("round 1 (LoRA r16)", "evaluate-lora-r16"),
+    ("full fine-tune instead of round 1 (not shipped)", "evaluate-full"),
+    ("round 2, KL anchor", f"evaluate-{ROUND2}"),
+    ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-{ROUND3}"),
+    ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-{ROUND4}"),
+]
+HUMANEVAL_ROWS = [
+    ("base SmolLM2-135M-Instruct", None),
+    ("round 1 (LoRA r16)", "evaluate-humaneval"),
+    ("round 2, KL anchor", f"evaluate-humaneval-{ROUND2}"),
+    ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-humaneval-{ROUND3}"),
+    ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-humaneval-{ROUND4}"),
+    ("repair round: round 4 on the base's own answers (shipped until 2026-11-26)", f"evaluate-humaneval-{REPAIR}"),
+    ("**a fresh adapter on the base's own answers, KL x10 (shipped)**", f"evaluate-humaneval-{SHIPPED}"),
+]
+
+
+@block("eval-packages")
+def eval_packages(page: Page) -> str:
+    rows = [
+        "| model | plain tokens/forward | 2 blocks + recycling tokens/forward | distinct 3-grams | NLL of base answers |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, name in PACKAGES_ROWS:
+        side = base(f"evaluate-{ROUND4}") if name is None else trained(name)
+        plain, both = side.tpf("plain"), side.tpf("both", 2)
+        rows.append(
+            f"| {label} | {bold_if(label, plain)} ({side.counts('plain')}) | {bold_if(label, both)} "
+            f"({side.counts('both')}) | {side.distinct:.3f} | {side.reference_nll:.3f} |"
+        )
+    files = ", ".join(page.ref(f"{JF}/{name}.json") for _, name in PACKAGES_ROWS if name)
+    return "\n".join(rows) + f"\n\nFiles: {files}."
+
+
+@block("eval-humaneval")
+def eval_humaneval(page: Page) -> str:
+    rows = [
+        "| model | plain n=8 tokens/forward | recycling n=8, pool 4 tokens/forward | distinct 3-grams "
+        "| NLL of HumanEval's canonical solutions |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, name in HUMANEVAL_ROWS:
+        side = base(f"evaluate-humaneval-{ROUND4}") if name is None else trained(name)
+        plain, rec = side.tpf("plain"), side.tpf("recycling", 2)
+        nll = f"{side.canonical_nll:.3f}"
+        if name is not None:
+            nll += f" ({bold_if(label, f'{side.canonical_ratio:.3f}x')} base)"
+        rows.append(
+            f"| {label} | {bold_if(label, plain)} ({side.counts('plain')}) | {bold_if(label, rec)} "
+            f"({side.counts('recycling')}) | {side.distinct:.3f} | {nll} |"
+        )
+    files = ", ".join(page.ref(f"{JF}/{name}.json") for _, name in HUMANEVAL_ROWS if name)
+    return "\n".join(rows) + f"\n\nFiles: {files}."
+
+
+def quality_speed(name: str, setting: str, digits: int) -> str:
+    """`tokens/forward (tokens / forwards)` of one model and Jacobi setting in the quality study (its speed is measured
+    on the same 16 `packages` test prompts, 128 tokens, block 16, as `evaluate-128-tokens-*`)."""
+    entry = next(s for s in quality_model(name)["speed"] if s["name"] == setting)
+    return f"{entry['tokens_per_forward']:.{digits}f} ({entry['new_tokens']:,} / {entry['forwards']:,})"
+
+
+@block("eval-128-tokens")
+def eval_128_tokens(page: Page) -> str:
+    r3, r4 = evaluation("evaluate-128-tokens-shipped"), evaluation(f"evaluate-128-tokens-{ROUND4}")
+    rows = [
+        "| model | plain tokens/forward | 2 blocks + recycling tokens/forward |",
+        "|---|---:|---:|",
+        f"| base SmolLM2-135M-Instruct | {r4[0].tpf('plain')} ({r4[0].counts('plain')}) | "
+        f"{r4[0].tpf('both', 2)} ({r4[0].counts('both')}) |",
+        f"| round 3 | {r3[1].tpf('plain')} ({r3[1].counts('plain')}) | {r3[1].tpf('both', 2)} ({r3[1].counts('both')}) |",
+        f"| round 4 | {r4[1].tpf('plain')} ({r4[1].counts('plain')}) | {r4[1].tpf('both', 2)} ({r4[1].counts('both')}) |",
+        f"| repair round (shipped until 2026-11-26) | {quality_speed(PREVIOUS_QUALITY, 'plain', 3)} | "
+        f"{quality_speed(PREVIOUS_QUALITY, 'both', 2)} |",
+        f"| **fresh adapter, KL x10 (shipped)** | **{quality_speed(SHIPPED_QUALITY, 'plain', 3)}** | "
+        f"**{quality_speed(SHIPPED_QUALITY, 'both', 2)}** |",
+    ]
+    files = f"{page.ref(f'{JF}/evaluate-128-tokens-{ROUND4}.json')}, {page.ref(f'{QUALITY_FRONT}/quality.json')}"
+    shipped = page.ref(f"{JF}/evaluate-128-tokens-shipped.json")
+    return "\n".join(rows) + f"\n\nFiles: {files}; round 3's: {shipped} (named for the adapter it shipped as then)."
+
+
+@block("untrained-acceptance")
+def untrained_acceptance(page: Page) -> str:
+    packages = base(f"evaluate-{ROUND4}").setting("plain")["tokens_per_forward"]
+    humaneval = base(f"evaluate-humaneval-{ROUND4}")
+    bench = base(f"evaluate-bench-prompts-{ROUND4}").setting("recycling")["tokens_per_forward"]
+    recycling = humaneval.setting("recycling")["tokens_per_forward"]
+    low, high = sorted((recycling, bench))
+    return f"about {packages:.2f} tokens per forward, {low:.2f}-{high:.2f} with rejection recycling"
+
+
+def _speedup(row: dict) -> str:
+    return f"{row['speedup_vs_best_ar']:.2f}x"
+
+
+@block("glance")
+def glance(page: Page) -> str:
+    he = evaluation(f"evaluate-humaneval-{SHIPPED}")
+    shipped_cpu = bench_rows(PATHS_HELDOUT)["Jacobi recycling n=8 (compiled static cache in 5 widths)"]
+    fhe, fq = f"{JF}/evaluate-humaneval-{SHIPPED}.json", f"{QUALITY_FRONT}/quality.json"
+    base_q, shipped_q = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
+    rows = [
+        "| held out, every output identical to greedy | untrained | shipped adapter | file |",
+        "|---|---:|---:|---|",
+        f"| plain Jacobi, tokens per forward (16 `packages` prompts, 128 tokens, block 16) | "
+        f"{quality_speed('base', 'plain', 3).split()[0]} | **{quality_speed(SHIPPED_QUALITY, 'plain', 3).split()[0]}** | "
+        f"{page.ref(fq)} |",
+        f"| 2 blocks + recycling, tokens per forward (same prompts) | {quality_speed('base', 'both', 2).split()[0]} | "
+        f"**{quality_speed(SHIPPED_QUALITY, 'both', 2).split()[0]}** | {page.ref(fq)} |",
+        f"| plain Jacobi, tokens per forward (16 HumanEval problems, block 8) | {he[0].tpf('plain')} | "
+        f"**{he[1].tpf('plain')}** | {page.ref(fhe)} |",
+        f"| block 8 + recycling, tokens per forward (same problems) | {he[0].tpf('recycling', 2)} | "
+        f"**{he[1].tpf('recycling', 2)}** | {page.ref(fhe)} |",
+        f"| answers collapsed into a loop, 48 plain chat requests (128 tokens) | "
+        f"{base_q['requests']['collapsed']} | {shipped_q['requests']['collapsed']} | {page.ref(fq)} |",
+        f"| answers collapsed into a loop / passing their tests, 32 code requests | "
+        f"{base_q['code-tasks']['collapsed']} / {base_q['code-tasks']['code_passed']} | "
+        f"{shipped_q['code-tasks']['collapsed']} / {shipped_q['code-tasks']['code_passed']} | {page.ref(fq)} |",
+        f"| 2-core CPU, 2 quiet threads, batch 1, 8 other held-out prompts: the shipped default (block 8 + recycling) "
+        f"on the compiled static cache vs compiled greedy | - | {_speedup(shipped_cpu)} | "
+        f"{page.ref(PATHS_HELDOUT, 'bench.json')} |",
+        f"| one H200, batch 1, float32, 8 `packages` prompts: 2 blocks + recycling on the compiled static cache vs "
+        f"CUDA-graph greedy | - | {grade_best('float32', 1, SHIPPED_GRADE)['speedup_vs_best_greedy']:.2f}x | "
+        f"{page.ref(SHIPPED_GRADE + '/gpu-grade.json', 'gpu-grade.json')} |",
+    ]
+    return "\n".join(rows)
+
+
+@block("quality-summary")
+def quality_summary(page: Page) -> str:
+    base_q, ours = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
+    previous = quality_model(PREVIOUS_QUALITY)["quality"]
+    chat, code, base_chat, base_code = ours["requests"], ours["code-tasks"], base_q["requests"], base_q["code-tasks"]
+    he = trained(f"evaluate-humaneval-{SHIPPED}")
+    return (
+        f"On 48 plain chat requests no training run saw (greedy, 128 tokens), the shipped adapter's answers collapse "
+        f"into a loop {chat['collapsed']} times (base {base_chat['collapsed']}, the repair-round adapter it replaces "
+        f"{previous['requests']['collapsed']}), their distinct 3-grams are "
+        f"{chat['distinct_3grams'] / base_chat['distinct_3grams']:.2f}x the base's and the base model's NLL of them "
+        f"{chat['base_nll'] / base_chat['base_nll']:.2f}x its NLL of its own (bars: 3 points, 0.9x, 1.2x). On 32 code "
+        f"requests run against their tests it passes {code['code_passed']} (base {base_code['code_passed']}) and "
+        f"{code['collapsed']} of its answers loop (base {base_code['collapsed']}, the repair round "
+        f"{previous['code-tasks']['collapsed']}); distinct 3-grams {code['distinct_3grams'] / base_code['distinct_3grams']:.2f}x, "
+        f"NLL {code['base_nll'] / base_code['base_nll']:.2f}x. HumanEval's canonical solutions: "
+        f"{he.canonical_ratio:.3f}x the base's NLL. The price of keeping the base's answers is speed: the repair round "
+        f"accepted more tokens per forward with answers that looped. Every adapter side by side: "
+        f"{page.ref(f'{QUALITY_FRONT}/quality.md')} and {page.ref(f'{QUALITY_FRONT}/quality.png', 'its plot')}."
+    )
+
+
+@block("quality-front")
+def quality_front(page: Page) -> str:
+    files = ", ".join(
+        page.ref(f"{QUALITY_FRONT}/{name}") for name in ("quality.json", "quality.md", "answers.json", "quality.png")
+    )
+    return f"{markdown_table(f'{QUALITY_FRONT}/quality.md')}\n\nFiles: {files}."
+
+
+@block("demo-counts")
+def demo_counts(page: Page) -> str:
+    b, t = evaluation(f"evaluate-bench-prompts-{SHIPPED}")
+    rows = [
+        "| model | new tokens | greedy forwards | Jacobi forwards | tokens/forward | forwards saved | identical |",
+        "|---|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for label, side in (("untrained", b), ("+ Jacobi Forcing adapter", t)):
+        s = side.setting("recycling")
+        greedy = s["new_tokens"] - 4  # one greedy forward per token after the first, per prompt
+        rows.append(
+            f"| {label} | {s['new_tokens']} | {greedy} | {s['forwards']} | {s['tokens_per_forward']:.2f} | "
+            f"{(1 - s['forwards'] / greedy):.1%} | {'yes' if s['identical_to_greedy'] else 'no'} |"
+        )
+    return "\n".join(rows) + (
+        f"\n\nFile: {page.ref(f'{JF}/evaluate-bench-prompts-{SHIPPED}.json')} (the same prompts and setting, "
+        f"batched); the GPU demo's transcript: {page.ref('gpu-h100/demo-batch1.md')}."
+    )
