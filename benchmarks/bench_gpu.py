@@ -317,6 +317,7 @@ def host_rows(out: Path) -> list[dict]:
             "ms_per_step": statistics.median(r["ms_per_step"] for r in record["split_rounds"]),
             "device_ms_per_step": record["device_ms_per_step"],
             "host_ms_per_step": record["host_ms_per_step"],
+            "outside_steps_ms": record.get("outside_steps_ms"),  # per call; files of earlier leases lack it
         }
         for name, figures in record.get("trace", {}).items():  # --trace: the kernels of a forward, Jacobi and greedy
             row[f"{name}_kernel_ms_per_forward"] = figures["kernel_ms_per_forward"]
@@ -382,9 +383,9 @@ def write_summary(out: Path, default: JacobiConfig, curves: Path | None = None) 
             "Host work per step (benchmarks/profile_step.py --split; 2 blocks of 16 + recycling, compiled static cache): "
             "the step's time outside its device part (forward launch to the read-back of its predictions).",
             "",
-            "| dtype | batch | steps | ms per step | device part (ms) | host work (ms) | kernels per forward, Jacobi / "
-            "greedy (ms, --trace) |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| dtype | batch | steps | ms per step | device part (ms) | host work (ms) | call outside its steps (ms) | "
+            "kernels per forward, Jacobi / greedy (ms, --trace) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for h in host:
             kernels = "-"
@@ -392,7 +393,8 @@ def write_summary(out: Path, default: JacobiConfig, curves: Path | None = None) 
                 kernels = f"{h['jacobi_kernel_ms_per_forward']:.2f} / {h['greedy_kernel_ms_per_forward']:.2f}"
             lines.append(
                 f"| {h['dtype']} | {h['batch_size']} | {h['steps']} | {h['ms_per_step']:.2f} | "
-                f"{h['device_ms_per_step']:.2f} | {h['host_ms_per_step']:.2f} | {kernels} |"
+                f"{h['device_ms_per_step']:.2f} | {h['host_ms_per_step']:.2f} | {_cell(h['outside_steps_ms'], '.1f')} | "
+                f"{kernels} |"
             )
     (out / "gpu-grade.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -22,7 +22,7 @@ nvidia-smi > "$OUT/gpu/nvidia-smi.txt" 2>&1
 for e in $H; do
   left=$((end - SECONDS - 5)); [ "$left" -gt "$HS" ] && left=$HS; [ "$left" -lt 1 ] && left=1
   timeout $left python3 benchmarks/bench_gpu.py $TINY --phases host --decode $e $TR --output-dir "$OUT/gpu" > "$OUT/gpu/host-${e/:/-b}.log" 2>&1
-  echo "host $e rc $? at $SECONDS s"; grep -h "^jacobi:\|^greedy:\|host work per" "$OUT/gpu/host-${e/:/-b}.log"
+  echo "host $e rc $? at $SECONDS s"; grep -h "^jacobi:\|^greedy:\|host work per\|^per call" "$OUT/gpu/host-${e/:/-b}.log"
 done
 set -- $D
 while [ $# -gt 0 ]; do

@@ -116,7 +116,7 @@ def test_the_host_phase_runs_the_chosen_entries_and_the_summary_tables_them(tmp_
     assert [p.name for p in out.glob("host-*.json")] == ["host-float32-b2.json"]
     host = json.loads((out / "gpu-grade.json").read_text())["host"]
     assert [(h["dtype"], h["batch_size"]) for h in host] == [("float32", 2)]
-    assert host[0]["host_ms_per_step"] > 0 and host[0]["steps"] > 1
+    assert host[0]["host_ms_per_step"] > 0 and host[0]["steps"] > 1 and host[0]["outside_steps_ms"] > 0
     assert host[0]["jacobi_kernel_ms_per_forward"] == host[0]["greedy_kernel_ms_per_forward"] == 0  # no device here
     assert "| float32 | 2 |" in (out / "gpu-grade.md").read_text().split("Host work per step")[1]
 
