@@ -167,6 +167,44 @@ def test_compaction_when_holes_fill_the_cache_changes_nothing(spy, monkeypatch):
     assert_same_forwards(dynamic, static)
 
 
+def test_a_finished_row_gives_its_slots_back_so_compactions_pack_to_the_running_rows(monkeypatch):
+    """A row that finishes while others run stays in the static batch as padding, but its slots are given back: a
+    later compaction packs to the fullest row still running, not to the finished one (which may have used its whole
+    budget and left no room). Same output and forwards; with the slots kept, as before, the same call compacts more."""
+    monkeypatch.setattr(static_cache, "LENGTH_GRANULE", 1)
+    model = enable_jacobi(tiny_model("qwen2", 0))
+    ids, mask = random_prompts(3, 8, seed=2)
+    free_run = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None)
+    eos = int(free_run[0, 8 + 4])  # row 0 finishes early
+    compactions, compact = [], StaticKVSlots.compact
+
+    def recording_compact(self, cache):
+        compact(self, cache)
+        compactions.append((self.length, list(self.counts)))
+
+    monkeypatch.setattr(StaticKVSlots, "compact", recording_compact)
+
+    def run():
+        monkeypatch.setattr(model, LENGTH_ATTRIBUTE, 0, raising=False)
+        compactions.clear()
+        kwargs = {"max_new_tokens": 40, "eos_token_id": eos, "pad_token_id": PAD}
+        return dynamic_and_static(model, ids, mask, SETTINGS["recycling"], **kwargs), list(compactions)
+
+    (greedy, dynamic, static), given_back = run()
+    assert torch.equal(static.sequences, greedy)
+    assert_same_forwards(dynamic, static)
+    assert any(0 in counts for _, counts in given_back)  # a compaction after row 0 finished, its count 0
+    assert all(length == max(counts) for length, counts in given_back)
+
+    def keeping_slots(self, cache, running, keep):
+        return [row if index in set(keep) else None for index, row in enumerate(running)]
+
+    monkeypatch.setattr(StaticKVSlots, "select_rows", keeping_slots)
+    (_, _, kept), kept_slots = run()
+    assert torch.equal(kept.sequences, greedy)
+    assert len(kept_slots) > len(given_back), (kept_slots, given_back)
+
+
 def test_compacting_after_every_step_changes_nothing(monkeypatch):
     def always(self, cache):
         self.compact(cache)

@@ -137,8 +137,18 @@ class StaticKVSlots:
 
     def select_rows(self, cache: JacobiStaticCache, running: list, keep: list[int]) -> list:
         """The batch stays as it is (a new batch size would be a new compiled graph): rows not in `keep` stay in the
-        cache as None, padding that is never kept."""
+        cache as None, padding that is never kept.
+
+        A finished row's slots are given back: nothing attends to them again, and a compaction packs the slots to the
+        fullest row still running, not to a finished row that may have taken its whole budget and so left only the
+        cache's rounding as room (the shipped adapter, 8 `packages` test prompts at batch 8, 128 tokens: 3
+        compactions in its 59 steps instead of 4; each moves every layer's keys and values).
+        """
         kept = set(keep)
+        for index, row in enumerate(running):
+            if row is not None and index not in kept:
+                self.valid[index] = False
+                self.counts[index] = 0
         return [row if index in kept else None for index, row in enumerate(running)]
 
     def maybe_compact(self, cache: JacobiStaticCache) -> bool:
