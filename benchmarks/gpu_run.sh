@@ -4,7 +4,8 @@
 # and the decode phase (DECODE entries, compiled Jacobi only) within BUDGET seconds, every entry in its own process
 # with its own share of the time, writing straight into $OUT so that whatever finished comes back if the lease ends.
 # Usage: bash benchmarks/gpu_run.sh BUDGET [--tiny]   (--tiny: a tiny random model here, nothing staged or installed)
-# DECODE="bfloat16:1 float32:8", HOST="float32:1" (HOST= for none), TRACE=1, HOST_S=150 (seconds per host entry).
+# DECODE="bfloat16:1 float32:8", HOST="float32:1" (HOST= for none), TRACE=1, HOST_S=150 (seconds per host entry),
+# WIDTHS="1 3" (the compiled Jacobi rows once per count of static forward widths; default: the device's one width).
 # Logs are named host-bfloat16-b8.log, decode-float32-b1.log: the device tool returns no file with ":" in its name.
 BUDGET=${1:-560}; TINY=${2:-}
 H=${HOST-bfloat16:8}; D=${DECODE-"float32:1 bfloat16:1 bfloat16:8 float32:8"}; HS=${HOST_S:-150}
@@ -27,7 +28,7 @@ done
 set -- $D
 while [ $# -gt 0 ]; do
   left=$(( (end - SECONDS - 5) / $# )); [ "$left" -lt 1 ] && left=1
-  timeout $left python3 benchmarks/bench_gpu.py $TINY --phases decode --decode $1 --compiled-jacobi-only --output-dir "$OUT/gpu" > "$OUT/gpu/decode-${1/:/-b}.log" 2>&1
+  timeout $left python3 benchmarks/bench_gpu.py $TINY --phases decode --decode $1 --compiled-jacobi-only ${WIDTHS:+--static-widths $WIDTHS} --output-dir "$OUT/gpu" > "$OUT/gpu/decode-${1/:/-b}.log" 2>&1
   echo "decode $1 rc $? at $SECONDS s"; grep -h "tok/s\|^|\|CUDA graphs recorded" "$OUT/gpu/decode-${1/:/-b}.log" | tail -13
   shift
 done
