@@ -50,6 +50,7 @@ from hf_jacobi.batching import left_padded
 from hf_jacobi.bench.architectures import random_model
 from hf_jacobi.bench.runner import KeptStaticCaches
 from hf_jacobi.data.prompts import encode_prompts, load_prompts
+from hf_jacobi.measurement import timed
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 """The runtime calls that launch one kernel from the host (a CUDA graph's replay is one `cudaGraphLaunch`)."""
@@ -139,10 +140,7 @@ def split_rounds(model, inputs: dict, kwargs: dict, rounds: int) -> list[dict[st
     for _ in range(rounds):
         times = {"step": 0.0, "verify": 0.0, "steps": 0}
         with torch.inference_mode(), _timed_steps(times):
-            start = time.perf_counter()
-            model.generate(**inputs, **kwargs)
-            _synchronize()
-            call = time.perf_counter() - start
+            _, call = timed(lambda: model.generate(**inputs, **kwargs))
         steps = max(times["steps"], 1)
         figures.append(
             {
@@ -155,11 +153,6 @@ def split_rounds(model, inputs: dict, kwargs: dict, rounds: int) -> list[dict[st
             }
         )
     return figures
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 @contextmanager
@@ -193,19 +186,14 @@ def trace_call(model, inputs: dict, call_kwargs: Callable[[], dict], warmups: in
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
 
-    cuda = torch.cuda.is_available()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with torch.inference_mode():
         for _ in range(warmups):
             model.generate(**inputs, **call_kwargs())
         skips_before, recordings = _cudagraph_skips(), {}
         kwargs = call_kwargs()
         with counting_graph_recordings(recordings), torch.profiler.profile(activities=activities) as prof:
-            start = time.perf_counter()
-            out = model.generate(**inputs, **kwargs)
-            if cuda:
-                torch.cuda.synchronize()
-            wall = time.perf_counter() - start
+            out, wall = timed(lambda: model.generate(**inputs, **kwargs))
     prompt = inputs["input_ids"].shape[1]
     if getattr(out, "forward_passes", None) is not None:
         forwards = int(out.forward_passes.max()) + 1  # the steps and the prefill
@@ -349,7 +337,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace:
         # greedy as bench times it: generate compiles it on the static cache, kept across calls and reset before each
         greedy = dict(max_new_tokens=args.max_new_tokens, do_sample=False, return_dict_in_generate=True)
-        greedy["cache_implementation"] = "static"
         kept, (batch, prompt) = KeptStaticCaches(model), inputs["input_ids"].shape
         report["trace"] = {
             "jacobi": trace_call(model, inputs, lambda: kwargs),
