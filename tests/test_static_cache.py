@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from transformers import CompileConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM, StaticCache
 
 from hf_jacobi import JacobiConfig, enable_jacobi
-from hf_jacobi.decoding import loop, static_cache, static_layers
+from hf_jacobi.decoding import compiled_forward, loop, static_cache, static_layers
 from hf_jacobi.decoding.call_settings import resolve_jacobi_config
 from hf_jacobi.decoding.static_cache import LENGTH_ATTRIBUTE, StaticKVSlots
 from hf_jacobi.decoding.step_layout import StepLayout
@@ -330,11 +330,11 @@ def test_compile_follows_transformers_rules_unless_told(monkeypatch):
     enable_jacobi(model)
     compiled = []
 
-    def get_compiled_call(compile_config):
+    def compiled_verify_call(model, compile_config):
         compiled.append(compile_config)
-        return model.__call__
+        return model
 
-    monkeypatch.setattr(model, "get_compiled_call", get_compiled_call)
+    monkeypatch.setattr(compiled_forward, "compiled_verify_call", compiled_verify_call)
     ids, mask = random_prompts(1, 6, seed=1)
     kwargs = {"attention_mask": mask, "max_new_tokens": 6, "do_sample": False, "decoding": "jacobi", **STATIC}
     everywhere = CompileConfig(fullgraph=True)
@@ -420,6 +420,48 @@ def test_the_compiled_forward_compiles_once_per_width(static_widths):
         assert graphs == [1, 1, 1], graphs
     else:
         assert 1 < graphs[-1] <= 4, graphs  # 4 widths: the chain of 6, then 1, 2 or 3 candidates of 2 tokens
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("first", ["greedy", "jacobi"])
+def test_the_jacobi_forward_compiles_on_a_frame_of_its_own(first):
+    """transformers compiles greedy's forward through `model.__call__`. Compiled through the same call, the Jacobi
+    forward was a recompile of greedy's graphs, and once greedy had compiled at two cache lengths (as bench's warm-up
+    does) dynamo traced it with symbolic sizes: a dynamic-shape graph a Jacobi-only user never gets. On a frame of its
+    own it is a static graph whichever of the two compiles first; greedy's own graphs are as before. Outputs stay
+    greedy's."""
+    graphs: list[tuple[str, bool]] = []
+    current = [""]
+
+    def recording_backend(graph_module, example_inputs):
+        symbolic = any(isinstance(size, torch.SymInt) for x in example_inputs for size in getattr(x, "shape", (x,)))
+        graphs.append((current[0], symbolic))
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    compile_config = CompileConfig(backend=recording_backend, mode=None, fullgraph=True)
+    compile_config._compile_all_devices = True
+    ids, mask = random_prompts(2, 8, seed=1)
+    kwargs = {
+        "attention_mask": mask,
+        "do_sample": False,
+        "max_new_tokens": 20,
+        **STATIC,
+        "compile_config": compile_config,
+    }
+    greedy = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20)
+    order = ["greedy", "jacobi"] if first == "greedy" else ["jacobi", "greedy"]
+    for current[0] in order:
+        if current[0] == "greedy":
+            for budget in (20, 24):  # two cache lengths: greedy's second graph is a dynamic one
+                out = model.generate(ids, **{**kwargs, "max_new_tokens": budget})
+                assert torch.equal(out[:, : greedy.shape[1]], greedy)
+        else:
+            jacobi = {"decoding": "jacobi", **SETTINGS["plain"], "jacobi_compile": "always", "jacobi_static_widths": 1}
+            assert torch.equal(model.generate(ids, **kwargs, **jacobi), greedy)
+    assert [symbolic for name, symbolic in graphs if name == "jacobi"] == [False], graphs
+    assert [symbolic for name, symbolic in graphs if name == "greedy"] == [False, True], graphs
     torch._dynamo.reset()
 
 

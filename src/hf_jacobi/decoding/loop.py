@@ -31,6 +31,7 @@ from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
 from .cache_choice import resolve_cache
 from .chain import DraftChain
 from .checks import check_generation_config, check_memory, forward_widths
+from .compiled_forward import verify_forward
 from .config import JacobiConfig
 from .drafts import PromptDrafter
 from .masks import AttentionLayout
@@ -38,7 +39,7 @@ from .outputs import JacobiDecoderOnlyOutput
 from .proposers import Proposer, StepOutcome
 from .recycling import RecyclingProposer
 from .rows import CommittedText, RowState
-from .static_cache import StaticKVSlots, defer_slot_moves, static_width_count, to_static, verify_forward
+from .static_cache import StaticKVSlots, defer_slot_moves, static_width_count, to_static
 from .step_layout import StepLayout
 from .stopping import RowStopper
 from .streaming import ColumnStreamer

@@ -25,15 +25,13 @@ own call); its keys and values are then copied into the static cache.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
 import torch
-from transformers import CompileConfig, DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig
 
 from .cache import gather_slots, layer_states, needs_moving
-from .cache_choice import generate_would_compile
 from .config import JacobiConfig
 from .masks import SLIDING, AttentionLayout, host_layer_masks
 from .static_layers import JacobiStaticCache
@@ -247,21 +245,6 @@ def _reusable_cache(model, prefilled: DynamicCache, length: int) -> JacobiStatic
     cache = JacobiStaticCache(len(prefilled.layers), length)
     setattr(model, CACHE_ATTRIBUTE, cache)
     return cache
-
-
-def verify_forward(model, config: JacobiConfig, generation_config: GenerationConfig, cache: JacobiStaticCache):
-    """The callable that runs the static path's verify forwards: the model's compiled call where `config.compile`
-    (and, for "auto", transformers' own criteria) says so, else the model itself. The prefill never goes through it."""
-    if config.compile == "never":
-        return model
-    compile_config = getattr(generation_config, "compile_config", None)
-    if config.compile == "always":
-        compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
-        compile_config._compile_all_devices = True
-        return model.get_compiled_call(compile_config)
-    if generate_would_compile(model, generation_config, cache):  # generate's own rule (device, quantizer, offload)
-        return model.get_compiled_call(compile_config)
-    return model
 
 
 def defer_slot_moves(cache: JacobiStaticCache, slots: StaticKVSlots) -> None:

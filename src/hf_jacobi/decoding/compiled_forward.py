@@ -1,0 +1,62 @@
+"""The static path's verify forward, compiled on a torch.compile frame of its own.
+
+Dynamo keeps its compiled graphs per Python code object, and transformers compiles greedy's decoding forward as
+`model.__call__` (`get_compiled_call`). Were the Jacobi forward compiled through that same call, whichever of the two
+compiled second would count as a recompile of the first, and dynamo's automatic dynamic shapes would trace it with
+symbolic sizes: a user who runs greedy and Jacobi in one process (every benchmark does) would get a dynamic-shape
+Jacobi graph, where a Jacobi-only user gets a static one, and the benchmark would time another program than users run.
+Here the Jacobi forward enters through `_verify_call`, a frame no other compile shares; its graphs are static per
+forward width unless the call's own widths (or `compile_config.dynamic`) make them otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from transformers import CompileConfig, GenerationConfig
+
+from .cache_choice import generate_would_compile
+from .config import JacobiConfig
+
+COMPILED_ATTRIBUTE = "_hf_jacobi_compiled_verify"
+"""Set on the model: the compile settings of its last compiled verify forward and the compiled function, so that later
+calls with the same settings reuse it (as transformers keeps `_compiled_call`)."""
+
+
+def verify_forward(model, config: JacobiConfig, generation_config: GenerationConfig, cache) -> Callable:
+    """The callable that runs the static path's verify forwards: compiled where `config.compile` (and, for "auto",
+    transformers' own criteria for its static cache) says so, else the model itself. The prefill never goes through it."""
+    if config.compile == "never":
+        return model
+    compile_config = getattr(generation_config, "compile_config", None)
+    if config.compile == "always":
+        compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
+        compile_config._compile_all_devices = True
+        return compiled_verify_call(model, compile_config)
+    if generate_would_compile(model, generation_config, cache):  # generate's own rule (device, quantizer, offload)
+        return compiled_verify_call(model, compile_config or CompileConfig())
+    return model
+
+
+def compiled_verify_call(model, compile_config: CompileConfig) -> Callable:
+    """`model`'s forward compiled with `compile_config`'s settings, entered through `_verify_call`.
+
+    Families that transformers does not compile for generation (its `get_compiled_call` hands llama4 back eagerly)
+    stay eager here too.
+    """
+    if "llama4" in getattr(model.config, "model_type", ""):
+        return model
+    settings = compile_config.to_dict()
+    kept = getattr(model, COMPILED_ATTRIBUTE, None)
+    if kept is None or kept[0] != settings:
+        kept = (settings, torch.compile(_verify_call, **settings))
+        setattr(model, COMPILED_ATTRIBUTE, kept)
+    return partial(kept[1], model)
+
+
+def _verify_call(model, *args, **kwargs):
+    """The one frame every compiled Jacobi verify forward is traced from (see the module's docstring)."""
+    return model(*args, **kwargs)
