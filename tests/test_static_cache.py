@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
+from torch._dynamo.utils import get_static_address_type
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from transformers import CompileConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM, StaticCache
 
@@ -429,13 +430,17 @@ def test_the_jacobi_forward_compiles_on_a_frame_of_its_own(first):
     forward was a recompile of greedy's graphs, and once greedy had compiled at two cache lengths (as bench's warm-up
     does) dynamo traced it with symbolic sizes: a dynamic-shape graph a Jacobi-only user never gets. On a frame of its
     own it is a static graph whichever of the two compiles first; greedy's own graphs are as before. Outputs stay
-    greedy's."""
+    greedy's. The model's weights reach the Jacobi graph as static inputs, as greedy's do (a CUDA graph would
+    otherwise copy every weight into its input buffers at each replay)."""
     graphs: list[tuple[str, bool]] = []
     current = [""]
 
     def recording_backend(graph_module, example_inputs):
         symbolic = any(isinstance(size, torch.SymInt) for x in example_inputs for size in getattr(x, "shape", (x,)))
         graphs.append((current[0], symbolic))
+        weights = [x for x in example_inputs if isinstance(x, torch.nn.Parameter)]
+        assert len(weights) == len(list(model.parameters()))
+        assert all(get_static_address_type(weight) is not None for weight in weights)
         return graph_module.forward
 
     torch._dynamo.reset()

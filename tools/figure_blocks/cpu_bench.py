@@ -110,6 +110,8 @@ REPAIR_PATHS = f"{JF}/bench-repair-paths/bench.json"
 SHIPPED_PATHS = f"{JF}/bench-base-scale-paths/bench.json"
 RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
 PATHS_HELDOUT = f"{JF}/paths-heldout-base-scale/bench.json"
+PATHS_SECOND = f"{JF}/paths-heldout-second-sitting/bench.json"
+PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-sitting/first-sitting-code/bench.json"
 
 
 def _bench_paths(page: Page, path: str) -> str:
@@ -145,6 +147,34 @@ def bench_md_paths_heldout(page: Page) -> str:
     return _bench_paths(page, PATHS_HELDOUT)
 
 
+@block("bench-md-paths-second-sitting")
+def bench_md_paths_second_sitting(page: Page) -> str:
+    """`paths-heldout` again, on another machine of the CI's kind, with today's code."""
+    return _bench_paths(page, PATHS_SECOND)
+
+
+@block("paths-sittings")
+def paths_sittings(page: Page) -> str:
+    """What the two sittings of `paths-heldout` gave, and the first sitting's code timed in the second."""
+
+    def figures(path: str) -> str:
+        rows = {row["setting"]: row for row in load(path)["summary"]}
+        greedy = rows["AR (static cache + compile)"]["tokens_per_s"]
+        eager = rows["Jacobi recycling n=8"]["speedup_vs_best_ar"]
+        compiled = rows["Jacobi recycling n=8 (compiled static cache in 5 widths)"]
+        return (
+            f"compiled greedy {greedy:.1f} tok/s, eager Jacobi {eager:.2f}x it, compiled in five widths "
+            f"{compiled['tokens_per_s']:.1f} tok/s ({compiled['speedup_vs_best_ar']:.2f}x)"
+        )
+
+    return (
+        f"first sitting: {figures(PATHS_HELDOUT)}; second sitting, today's code: {figures(PATHS_SECOND)}; second "
+        f"sitting, the first sitting's code: {figures(PATHS_SECOND_OLD_CODE)} "
+        f"({page.ref(PATHS_SECOND_OLD_CODE, 'bench.json')}, how it was run: "
+        f"{page.ref(PATHS_SECOND_OLD_CODE.replace('bench.json', 'README.md'), 'README')})."
+    )
+
+
 # every CPU bench of the embedded model: greedy's speed differs between sittings
 CPU_BENCHES = [
     "cpu-humaneval-chat.json",
@@ -157,6 +187,8 @@ CPU_BENCHES = [
     SHIPPED_PATHS,
     RETUNE_HELDOUT,
     PATHS_HELDOUT,
+    PATHS_SECOND,
+    PATHS_SECOND_OLD_CODE,
 ]
 
 
