@@ -326,7 +326,8 @@ def test_a_checkpoint_carries_the_choice_and_a_call_overrides_it(tmp_path, monke
 
 def test_compile_follows_transformers_rules_unless_told(monkeypatch):
     """ "auto" compiles where transformers' generate would (on CPU only when compile_config asks for every device);
-    "always" compiles anywhere; "never" never. Compilation itself is replaced by a recorder here."""
+    "always" compiles anywhere; "never" never; with the call's compile_config, else the model's default one.
+    Compilation itself is replaced by a recorder here."""
     model = fresh_tiny_model("llama", 0)
     enable_jacobi(model)
     compiled = []
@@ -356,6 +357,10 @@ def test_compile_follows_transformers_rules_unless_told(monkeypatch):
             assert compiled[0]._compile_all_devices
     model.generate(ids, **kwargs, compile_config=everywhere)
     assert compiled[-1].fullgraph  # the caller's settings travel to torch.compile
+    # without a compile_config, the model's own default (transformers picks one per device) is what compiles
+    monkeypatch.setattr(model, "_default_compile_config", lambda: CompileConfig(mode="max-autotune-no-cudagraphs"))
+    model.generate(ids, **kwargs, jacobi_compile="always")
+    assert compiled[-1].mode == "max-autotune-no-cudagraphs" and compiled[-1]._compile_all_devices
 
 
 @pytest.mark.parametrize(

@@ -32,13 +32,22 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
     if config.compile == "never":
         return model
     compile_config = getattr(generation_config, "compile_config", None)
+    if compile_config is None:
+        compile_config = _default_compile_config(model)
     if config.compile == "always":
-        compile_config = copy.deepcopy(compile_config) if compile_config is not None else CompileConfig()
+        compile_config = copy.deepcopy(compile_config)
         compile_config._compile_all_devices = True
         return compiled_verify_call(model, compile_config)
     if generate_would_compile(model, generation_config, cache):  # generate's own rule (device, quantizer, offload)
-        return compiled_verify_call(model, compile_config or CompileConfig())
+        return compiled_verify_call(model, compile_config)
     return model
+
+
+def _default_compile_config(model) -> CompileConfig:
+    """What transformers compiles with when the call names no `compile_config`: the model's own default (it differs
+    by device, e.g. static shapes with a TPU's backend), else `CompileConfig()`."""
+    default = getattr(model, "_default_compile_config", None)
+    return default() if callable(default) else CompileConfig()
 
 
 def compiled_verify_call(model, compile_config: CompileConfig) -> Callable:
