@@ -353,3 +353,16 @@ def test_static_widths_time_the_static_paths_once_per_width_count(gemma):
     assert [r["path"] for r in rows] == ["eager", "eager", "static", "static"]
     assert len({r["forwards"] for r in rows[1:]}) == 1 and all(r["identical"] == 2 for r in rows)
     assert "(eager static cache) = " in report.notes(run, rows, 1, 12)
+
+
+def test_the_machine_line_names_the_cpu_model(tmp_path, monkeypatch):
+    """Two CPU machines of one kind can differ in their processor, and CPU speeds compare only within one machine, so
+    the machine line of every table names the model where Linux tells it, and is the plain architecture elsewhere."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\n")
+    assert report._cpu_model_name(str(cpuinfo)) == "AMD EPYC 7B13"
+    assert report._cpu_model_name(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(report, "_cpu_model_name", lambda: "AMD EPYC 7B13")
+    assert report.machine_description("cpu").startswith("CPU AMD EPYC 7B13 (")
+    monkeypatch.setattr(report, "_cpu_model_name", lambda: None)
+    assert "EPYC" not in report.machine_description("cpu")

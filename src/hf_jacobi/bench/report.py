@@ -43,7 +43,24 @@ def machine_description(device: str | torch.device | None = None) -> str:
     if on_gpu:
         return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
     cpu = platform.processor() or platform.machine()
+    model = _cpu_model_name()
+    if model and model != cpu:
+        cpu = f"{model} ({cpu})"
     return f"CPU {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def _cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The processor's model name where Linux tells it: two machines of one kind can differ in it, and CPU speeds
+    compare only within one machine (greedy's one-token forwards in particular move with it)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        return None
+    return None
 
 
 def summarize(run: BenchRun) -> list[dict[str, Any]]:
