@@ -332,7 +332,7 @@ def test_compile_follows_transformers_rules_unless_told(monkeypatch):
     enable_jacobi(model)
     compiled = []
 
-    def compiled_verify_call(model, compile_config):
+    def compiled_verify_call(model, compile_config, widths=1):
         compiled.append(compile_config)
         return model
 
@@ -396,9 +396,10 @@ def test_unsupported_combinations_are_refused(kwargs, message):
 @pytest.mark.parametrize("static_widths", [1, None])
 def test_the_compiled_forward_compiles_once_per_width(static_widths):
     """torch.compile on CPU (dynamo, with the eager backend to keep the test short; inductor compiles the same graph):
-    one width compiles the verify forward once, on the first call, and its later steps and later prompts of the same
-    setting (other lengths, same batch and budget) compile nothing new; with the CPU's several widths no more graphs are
-    made than there are widths (dynamo's default turns the width dynamic at the second). Outputs stay greedy's."""
+    the verify forward compiles once, on the first call, and its later steps and later prompts of the same setting
+    (other lengths, same batch and budget) compile nothing new: with one width a static graph, with the CPU's several
+    widths one graph with the width dynamic (left to dynamo, the second width met would compile a second graph, in
+    whichever call met it first). Outputs stay greedy's."""
     counters = torch._dynamo.utils.counters
     torch._dynamo.reset()
     model = enable_jacobi(fresh_tiny_model("qwen2", 0))
@@ -422,10 +423,7 @@ def test_the_compiled_forward_compiles_once_per_width(static_widths):
         assert torch.equal(out.sequences, greedy)
         assert int(out.forward_passes.max()) > 3
         graphs.append(counters["stats"]["unique_graphs"] - before)
-    if static_widths == 1:
-        assert graphs == [1, 1, 1], graphs
-    else:
-        assert 1 < graphs[-1] <= 4, graphs  # 4 widths: the chain of 6, then 1, 2 or 3 candidates of 2 tokens
+    assert graphs == [1, 1, 1], graphs  # several widths: one graph with the width dynamic, made on the first call
     torch._dynamo.reset()
 
 

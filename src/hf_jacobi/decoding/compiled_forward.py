@@ -5,8 +5,11 @@ Dynamo keeps its compiled graphs per Python code object, and transformers compil
 compiled second would count as a recompile of the first, and dynamo's automatic dynamic shapes would trace it with
 symbolic sizes: a user who runs greedy and Jacobi in one process (every benchmark does) would get a dynamic-shape
 Jacobi graph, where a Jacobi-only user gets a static one, and the benchmark would time another program than users run.
-Here the Jacobi forward enters through `_verify_call`, a frame no other compile shares; its graphs are static per
-forward width unless the call's own widths (or `compile_config.dynamic`) make them otherwise.
+Here the Jacobi forward enters through `_verify_call`, a frame no other compile shares. With one forward width (an
+accelerator's default) its graph is static. With several (a CPU's default), the width is marked dynamic from the first
+call, so that one graph, compiled once on the first call, serves every width: left to dynamo, the first width would
+compile a static graph and the second a dynamic one, in whichever later call first met a second width (in a benchmark,
+possibly a timed one). `compile_config.dynamic`, when set, is left to decide.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ COMPILED_ATTRIBUTE = "_hf_jacobi_compiled_verify"
 calls with the same settings reuse it (as transformers keeps `_compiled_call`)."""
 
 
-def verify_forward(model, config: JacobiConfig, generation_config: GenerationConfig, cache) -> Callable:
-    """The callable that runs the static path's verify forwards: compiled where `config.compile` (and, for "auto",
-    transformers' own criteria for its static cache) says so, else the model itself. The prefill never goes through it."""
+def verify_forward(
+    model, config: JacobiConfig, generation_config: GenerationConfig, cache, widths: int = 1
+) -> Callable:
+    """The callable that runs the static path's verify forwards over `widths` forward widths: compiled where
+    `config.compile` (and, for "auto", transformers' own criteria for its static cache) says so, else the model
+    itself. The prefill never goes through it."""
     if config.compile == "never":
         return model
     compile_config = getattr(generation_config, "compile_config", None)
@@ -37,9 +43,9 @@ def verify_forward(model, config: JacobiConfig, generation_config: GenerationCon
     if config.compile == "always":
         compile_config = copy.deepcopy(compile_config)
         compile_config._compile_all_devices = True
-        return compiled_verify_call(model, compile_config)
+        return compiled_verify_call(model, compile_config, widths)
     if generate_would_compile(model, generation_config, cache):  # generate's own rule (device, quantizer, offload)
-        return compiled_verify_call(model, compile_config)
+        return compiled_verify_call(model, compile_config, widths)
     return model
 
 
@@ -50,8 +56,9 @@ def _default_compile_config(model) -> CompileConfig:
     return default() if callable(default) else CompileConfig()
 
 
-def compiled_verify_call(model, compile_config: CompileConfig) -> Callable:
-    """`model`'s forward compiled with `compile_config`'s settings, entered through `_verify_call`.
+def compiled_verify_call(model, compile_config: CompileConfig, widths: int = 1) -> Callable:
+    """`model`'s forward compiled with `compile_config`'s settings, entered through `_verify_call`; over several
+    `widths`, with the width marked dynamic (see the module's docstring).
 
     Families that transformers does not compile for generation (its `get_compiled_call` hands llama4 back eagerly)
     stay eager here too.
@@ -63,9 +70,24 @@ def compiled_verify_call(model, compile_config: CompileConfig) -> Callable:
     if kept is None or kept[0] != settings:
         kept = (settings, torch.compile(_verify_call, **settings))
         setattr(model, COMPILED_ATTRIBUTE, kept)
+    if widths > 1 and compile_config.dynamic is None:
+        return partial(_with_dynamic_width, kept[1], model)
     return partial(kept[1], model)
 
 
 def _verify_call(model, *args, **kwargs):
     """The one frame every compiled Jacobi verify forward is traced from (see the module's docstring)."""
     return model(*args, **kwargs)
+
+
+def _with_dynamic_width(compiled: Callable, model, **inputs):
+    """Calls `compiled` with the forward's width (the columns of its tokens, positions and mask rows) marked dynamic.
+
+    `maybe_mark_dynamic` lets a model that needs a fixed width specialize it (a static graph per width, as without the
+    mark) instead of failing."""
+    for name in ("input_ids", "position_ids"):
+        torch._dynamo.maybe_mark_dynamic(inputs[name], 1)
+    masks = inputs["attention_mask"]
+    for mask in masks.values() if isinstance(masks, dict) else (masks,):
+        torch._dynamo.maybe_mark_dynamic(mask, 2)
+    return compiled(model, **inputs)

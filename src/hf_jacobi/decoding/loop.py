@@ -144,7 +144,7 @@ def _verify_setup(model, config: JacobiConfig, generation_config, cache, slots, 
     if config.cache_implementation == "static":
         widths = forward_widths(config, prompt_width, capacity, static_width_count(config, model.device))
         cache, slots = to_static(model, cache, slots, widths, capacity, generation_config)
-        call = verify_forward(model, config, generation_config, cache)
+        call = verify_forward(model, config, generation_config, cache, len(widths))
         if call is not model:
             defer_slot_moves(cache, slots)
     # logits at every column
