@@ -127,8 +127,8 @@ def _warm_up(decoder: _Decoder, settings: list[Setting], batches: list[dict[str,
     The compiled baseline is warmed with the full token budget on two prompt lengths: its static cache is sized per
     call, and a new size recompiles (the second one with dynamic shapes), which must not happen while timing. A
     compiled Jacobi setting is warmed with the full budget on the widest batch: the static cache it sizes is kept by
-    the model and reused by every shorter call, so its graphs are built here (one per forward width it meets; with
-    several widths the default CompileConfig turns the width dynamic at the second, and that graph serves the rest).
+    the model and reused by every shorter call, so its graph is built here (over several widths one graph with the
+    width dynamic, marked so from the first call; on a GPU a CUDA graph is recorded per width it meets).
     If compilation fails on this machine, the baseline falls back to the static cache alone and the run says so.
     """
     shapes = batches[:2] if len(batches) > 1 else [batches[0], {k: v[:, 1:] for k, v in batches[0].items()}]

@@ -80,7 +80,8 @@ def forward_widths(config: JacobiConfig, prompt_len: int, capacity: int, how_man
     `how_many` counts `k` spread evenly from none to all (the widest forward last, so every step fits).
 
     Candidates come a whole branch at a time, so a step that verifies few of them (an empty pool early on, a key the
-    pool has not seen) fits a narrower width; each width is one compiled graph.
+    pool has not seen) fits a narrower width; compiled, the widths share one graph with the width dynamic (on a GPU
+    each is one recorded CUDA graph).
     """
     chain, count, length = _forward_parts(config, prompt_len, capacity)
     if how_many == 1 or count == 0:

@@ -68,7 +68,8 @@ class JacobiConfig:
         compile: When the static path compiles its verify forward: "auto" (as transformers' generate decides: on an
             accelerator, or where `compile_config` asks for every device), "always" (any device, the CPU included)
             or "never". Only the static cache can be compiled.
-        static_widths: How many forward widths the static path pads to, each its own compiled graph: the chain plus
+        static_widths: How many forward widths the static path pads to (compiled: one graph with the width dynamic; on a
+            GPU one CUDA graph recorded per width): the chain plus
             0..V candidates at evenly spread counts, so a step with few candidates is not padded to the widest.
             None picks by device: up to 5 on a CPU, where every padded column costs; 1 on an accelerator, where one
             CUDA graph of the widest forward costs little more than a narrower one and each graph is a capture.

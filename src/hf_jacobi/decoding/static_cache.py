@@ -9,7 +9,8 @@ forward writes its W columns at the layer's `cumulative_length` (a 0-d tensor ch
 - every forward of a call is padded to one of a few fixed widths W (`checks.forward_widths`: the chain plus a spread
   of candidate counts, the widest forward the setting can make last) and has the same batch: finished rows stay in
   the cache as padding that is never kept, so the verify forward sees inputs of a few shapes ([B, W] tokens and
-  positions, a [B, 1, W, M] additive mask) and compiles once per width;
+  positions, a [B, 1, W, M] additive mask) and compiles once (one width: a static graph; several: one graph with
+  the width dynamic, `compiled_forward`);
 - the commit reorders the kept columns to the front of the W slots just written, in place (a gather copied back into
   the same storage; with a compiled forward, inside the next forward's graph: `static_layers`), and moves
   `cumulative_length` back by the columns no row keeps; validity and positions are preallocated [B, M] tensors
