@@ -473,6 +473,32 @@ def test_the_jacobi_forward_compiles_on_a_frame_of_its_own(first):
     torch._dynamo.reset()
 
 
+def test_settings_of_different_widths_each_keep_a_static_graph():
+    """Settings share the Jacobi frame too: two one-width settings of different widths taking turns (bench's two
+    compiled settings do) each get a static graph of their own; unmarked, the second compiled as a recompile of the
+    first with the width (and the slot-move plan's width) symbolic. Outputs stay greedy's."""
+    symbolic_inputs: list[list[tuple]] = []
+
+    def recording_backend(graph_module, example_inputs):
+        shapes = [tuple(getattr(x, "shape", (x,))) for x in example_inputs]
+        symbolic_inputs.append([shape for shape in shapes if any(isinstance(size, torch.SymInt) for size in shape)])
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    model = enable_jacobi(fresh_tiny_model("llama", 0))
+    compile_config = CompileConfig(backend=recording_backend, mode=None, fullgraph=True)
+    ids, mask = random_prompts(2, 8, seed=1)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 20}
+    greedy = model.generate(ids, **kwargs)
+    jacobi = {"decoding": "jacobi", **STATIC, "jacobi_compile": "always", "jacobi_static_widths": 1}
+    for _ in range(2):
+        for block in (4, 6):
+            out = model.generate(ids, **kwargs, **jacobi, jacobi_block_size=block, compile_config=compile_config)
+            assert torch.equal(out, greedy)
+    assert symbolic_inputs == [[], []], symbolic_inputs
+    torch._dynamo.reset()
+
+
 def _slot_moves_calls(monkeypatch, method: str) -> list[tuple]:
     """The arguments of every call of `SlotMoves.<method>` while the test runs (the call itself goes through)."""
     calls: list[tuple] = []

@@ -5,11 +5,12 @@ Dynamo keeps its compiled graphs per Python code object, and transformers compil
 compiled second would count as a recompile of the first, and dynamo's automatic dynamic shapes would trace it with
 symbolic sizes: a user who runs greedy and Jacobi in one process (every benchmark does) would get a dynamic-shape
 Jacobi graph, where a Jacobi-only user gets a static one, and the benchmark would time another program than users run.
-Here the Jacobi forward enters through `_verify_call`, a frame no other compile shares. With one forward width (an
-accelerator's default) its graph is static. With several (a CPU's default), the width is marked dynamic from the first
-call, so that one graph, compiled once on the first call, serves every width: left to dynamo, the first width would
-compile a static graph and the second a dynamic one, in whichever later call first met a second width (in a benchmark,
-possibly a timed one). `compile_config.dynamic`, when set, is left to decide.
+Here the Jacobi forward enters through `_verify_call`, a frame no other compile shares. Its width is marked too, since
+settings of different widths share the frame as well: with one forward width per call (an accelerator's default) the
+width is marked static, so that each setting keeps a static graph of its own however many settings take turns (as in
+a benchmark); with several (a CPU's default) it is marked dynamic from the first call, so that one graph, compiled once
+on the first call, serves every width (left to dynamo, the second width would compile a dynamic graph in whichever
+later call first met it, in a benchmark possibly a timed one). `compile_config.dynamic`, when set, is left to decide.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _default_compile_config(model) -> CompileConfig:
 
 def compiled_verify_call(model, compile_config: CompileConfig, widths: int = 1) -> Callable:
     """`model`'s forward compiled with `compile_config`'s settings, entered through `_verify_call`; over several
-    `widths`, with the width marked dynamic (see the module's docstring).
+    `widths`, with the width marked dynamic, over one static (see the module's docstring).
 
     Families that transformers does not compile for generation (its `get_compiled_call` hands llama4 back eagerly)
     stay eager here too.
@@ -70,8 +71,8 @@ def compiled_verify_call(model, compile_config: CompileConfig, widths: int = 1) 
     if kept is None or kept[0] != settings:
         kept = (settings, torch.compile(_verify_call, **settings))
         setattr(model, COMPILED_ATTRIBUTE, kept)
-    if widths > 1 and compile_config.dynamic is None:
-        return partial(_with_dynamic_width, kept[1], model)
+    if compile_config.dynamic is None:
+        return partial(_with_marked_width, kept[1], model, widths > 1)
     return partial(kept[1], model)
 
 
@@ -80,14 +81,18 @@ def _verify_call(model, *args, **kwargs):
     return model(*args, **kwargs)
 
 
-def _with_dynamic_width(compiled: Callable, model, **inputs):
-    """Calls `compiled` with the forward's width (the columns of its tokens, positions and mask rows) marked dynamic.
+def _with_marked_width(compiled: Callable, model, dynamic: bool, **inputs):
+    """Calls `compiled` with the forward's width (the columns of its tokens, positions and mask rows) marked dynamic
+    or static.
 
     `maybe_mark_dynamic` lets a model that needs a fixed width specialize it (a static graph per width, as without the
     mark) instead of failing."""
-    for name in ("input_ids", "position_ids"):
-        torch._dynamo.maybe_mark_dynamic(inputs[name], 1)
+    mark = torch._dynamo.maybe_mark_dynamic if dynamic else torch._dynamo.mark_static
     masks = inputs["attention_mask"]
-    for mask in masks.values() if isinstance(masks, dict) else (masks,):
-        torch._dynamo.maybe_mark_dynamic(mask, 2)
+    for tensor, dim in (
+        (inputs["input_ids"], 1),
+        (inputs["position_ids"], 1),
+        *((mask, 2) for mask in (masks.values() if isinstance(masks, dict) else (masks,))),
+    ):
+        mark(tensor, dim)
     return compiled(model, **inputs)

@@ -33,6 +33,9 @@ class SlotMoves:
         self.pending = False
         if not torch.compiler.is_compiling():
             torch._dynamo.mark_static_address(self.plan)
+            # the width reaches the graph as this shape, kept static: a setting of another width (another plan) gets
+            # a static graph of its own instead of turning the shared one dynamic (`compiled_forward`)
+            torch._dynamo.mark_static(self.plan, 1)
 
     def record(self, start: int, order: list[list[int]]) -> None:
         """Writes down that, per row, the slot `start + c` takes the keys and values of `start + order[row][c]`."""
@@ -51,9 +54,10 @@ class SlotMoves:
 
     def apply(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Moves one layer's slots as the plan says: a gather of the W slots, written back in place."""
-        sources = self.plan[:, : self.width]
+        width = self.plan.shape[1] - 1  # not `self.width`: an int read in the graph turns symbolic once it changes
+        sources = self.plan[:, :width]
         # made inside the graph: a tensor kept here would be one more graph input to copy on every replay
-        targets = self.plan[0, self.width] + torch.arange(self.width, device=self.plan.device)
+        targets = self.plan[0, width] + torch.arange(width, device=self.plan.device)
         for states in (keys, values):
             index = sources[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
             states.index_copy_(2, targets, torch.gather(states, 2, index))
