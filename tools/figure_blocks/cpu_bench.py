@@ -3,7 +3,7 @@ paths, the tuner's roofline and predictions, and greedy's speed across the sitti
 
 from __future__ import annotations
 
-from .core import JF, Page, block, load, markdown_table
+from .core import JF, Page, bench_rows, block, load, markdown_table
 
 
 @block("bench-md-round4")
@@ -112,6 +112,8 @@ RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
 PATHS_HELDOUT = f"{JF}/paths-heldout-base-scale/bench.json"
 PATHS_SECOND = f"{JF}/paths-heldout-second-sitting/bench.json"
 PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-sitting/first-sitting-code/bench.json"
+PATHS_COMPILED = "Jacobi recycling n=8 (compiled static cache in 5 widths)"
+"""The shipped default on the compiled static cache, the CPU's default widths: its row in every `paths-heldout`."""
 
 
 def _bench_paths(page: Page, path: str) -> str:
@@ -158,10 +160,10 @@ def paths_sittings(page: Page) -> str:
     """What the two sittings of `paths-heldout` gave, and the first sitting's code timed in the second."""
 
     def figures(path: str) -> str:
-        rows = {row["setting"]: row for row in load(path)["summary"]}
+        rows = bench_rows(path)
         greedy = rows["AR (static cache + compile)"]["tokens_per_s"]
         eager = rows["Jacobi recycling n=8"]["speedup_vs_best_ar"]
-        compiled = rows["Jacobi recycling n=8 (compiled static cache in 5 widths)"]
+        compiled = rows[PATHS_COMPILED]
         return (
             f"compiled greedy {greedy:.1f} tok/s, eager Jacobi {eager:.2f}x it, compiled in five widths "
             f"{compiled['tokens_per_s']:.1f} tok/s ({compiled['speedup_vs_best_ar']:.2f}x)"

@@ -20,7 +20,7 @@ from .core import (
     markdown_table,
     trained,
 )
-from .cpu_bench import PATHS_HELDOUT, PATHS_SECOND
+from .cpu_bench import PATHS_COMPILED, PATHS_HELDOUT, PATHS_SECOND
 from .gpu_grade import SHIPPED_GRADE, grade_best
 
 QUALITY_FRONT = "quality-cpu/front"
@@ -136,8 +136,7 @@ def _speedup(row: dict) -> str:
 @block("glance")
 def glance(page: Page) -> str:
     he = evaluation(f"evaluate-humaneval-{SHIPPED}")
-    compiled_cpu = "Jacobi recycling n=8 (compiled static cache in 5 widths)"
-    shipped_cpu, earlier_cpu = bench_rows(PATHS_SECOND)[compiled_cpu], bench_rows(PATHS_HELDOUT)[compiled_cpu]
+    shipped_cpu, earlier_cpu = bench_rows(PATHS_SECOND)[PATHS_COMPILED], bench_rows(PATHS_HELDOUT)[PATHS_COMPILED]
     fhe, fq = f"{JF}/evaluate-humaneval-{SHIPPED}.json", f"{QUALITY_FRONT}/quality.json"
     base_q, shipped_q = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
     rows = [
