@@ -332,7 +332,7 @@ def test_compile_follows_transformers_rules_unless_told(monkeypatch):
     enable_jacobi(model)
     compiled = []
 
-    def compiled_verify_call(model, compile_config, widths=1):
+    def compiled_verify_call(model, compile_config, widths):
         compiled.append(compile_config)
         return model
 

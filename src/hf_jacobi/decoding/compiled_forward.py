@@ -31,7 +31,7 @@ calls with the same settings reuse it (as transformers keeps `_compiled_call`)."
 
 
 def verify_forward(
-    model, config: JacobiConfig, generation_config: GenerationConfig, cache, widths: int = 1
+    model, config: JacobiConfig, generation_config: GenerationConfig, cache, widths: int
 ) -> Callable:
     """The callable that runs the static path's verify forwards over `widths` forward widths: compiled where
     `config.compile` (and, for "auto", transformers' own criteria for its static cache) says so, else the model
@@ -57,7 +57,7 @@ def _default_compile_config(model) -> CompileConfig:
     return default() if callable(default) else CompileConfig()
 
 
-def compiled_verify_call(model, compile_config: CompileConfig, widths: int = 1) -> Callable:
+def compiled_verify_call(model, compile_config: CompileConfig, widths: int) -> Callable:
     """`model`'s forward compiled with `compile_config`'s settings, entered through `_verify_call`; over several
     `widths`, with the width marked dynamic, over one static (see the module's docstring).
 
