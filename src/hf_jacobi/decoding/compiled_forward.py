@@ -30,9 +30,7 @@ COMPILED_ATTRIBUTE = "_hf_jacobi_compiled_verify"
 calls with the same settings reuse it (as transformers keeps `_compiled_call`)."""
 
 
-def verify_forward(
-    model, config: JacobiConfig, generation_config: GenerationConfig, cache, widths: int
-) -> Callable:
+def verify_forward(model, config: JacobiConfig, generation_config: GenerationConfig, cache, widths: int) -> Callable:
     """The callable that runs the static path's verify forwards over `widths` forward widths: compiled where
     `config.compile` (and, for "auto", transformers' own criteria for its static cache) says so, else the model
     itself. The prefill never goes through it."""
