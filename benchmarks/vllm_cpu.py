@@ -232,7 +232,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", type=Path, default=None, help="a merged model folder (default: write one)")
     parser.add_argument("--limit", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--k", type=int, default=7, help="speculative tokens per step (n-gram and Jacobi)")
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="speculative tokens per step, n-gram and Jacobi (default: the merged folder's own chain, as "
+        "speculative_config gives it: 7 for the shipped adapter)",
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
@@ -256,9 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import vllm
 
+    from hf_jacobi.integrations.merged import serving_config
+
     args.output_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         folder, prompts_file, references = prepare(args, Path(work))
+        if args.k is None:  # one k for both proposers, the figure the report states
+            args.k = json.loads(serving_config(folder))["num_speculative_tokens"]
         rounds = []
         for round_index in range(args.rounds):
             runs = {method: child(method, folder, prompts_file, args) for method in args.methods}

@@ -4,6 +4,7 @@ tests/test_vllm_engine.py runs the real engine (make test-vllm)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -13,10 +14,12 @@ import torch
 
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.integrations import vllm_hook
+from hf_jacobi.integrations.merged import serving_config
 from hf_jacobi.integrations.vllm import (
     DEFAULT_VERIFY_COST,
     chain_shape,
     checkpoint_settings,
+    default_chain_length,
     speculative_config,
     verify_cost,
 )
@@ -77,6 +80,24 @@ def test_speculative_config_names_the_proposer_and_reads_the_checkpoints_chain(f
     assert speculative_config(7, model=tmp_path)["num_speculative_tokens"] == 7
     with pytest.raises(ValueError, match=r"num_speculative_tokens=5 does not fit.*7, 15, 23"):
         speculative_config(5, model=tmp_path)
+
+
+def test_the_default_chain_holds_one_recycled_candidate(fake_vllm, tmp_path):
+    """vLLM verifies one chain per request, so a setting built on a long candidate beside a short chain (block 3 and
+    14-token n-grams, what tune chose for the shipped adapter on its sample) is served with a chain that holds the
+    candidate, in whole blocks."""
+    fake_vllm("0.32.0")
+    short_chain = JacobiConfig(block_size=3, ngram_pool_size=4, verify_size=1, ngram_size=14)
+    assert default_chain_length(short_chain) == 14 and chain_shape(14, short_chain) == (3, 5)
+    # a chain that already holds its candidate keeps its length: the pool's default n-gram is block size - 1 tokens
+    assert default_chain_length(JacobiConfig(block_size=8, ngram_pool_size=4)) == 7
+    assert default_chain_length(JacobiConfig(block_size=8, num_blocks=2, ngram_pool_size=4, ngram_size=10)) == 15
+    assert default_chain_length(JacobiConfig(block_size=3, ngram_size=14)) == 2  # no pool, no candidate
+    (tmp_path / "generation_config.json").write_text(
+        '{"jacobi_block_size": 3, "jacobi_ngram_pool_size": 4, "jacobi_ngram_size": 14, "jacobi_verify_size": 1}'
+    )
+    assert speculative_config(model=tmp_path)["num_speculative_tokens"] == 14
+    assert json.loads(serving_config(tmp_path))["num_speculative_tokens"] == 14
 
 
 def test_chain_shape():

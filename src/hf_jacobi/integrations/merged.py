@@ -82,11 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def serving_config(folder: str | os.PathLike[str]) -> str:
     """The `--speculative-config` JSON for a merged folder: JacobiProposer verifying the folder's own chain."""
-    from .vllm import PROPOSER_PATH, checkpoint_settings
+    from .vllm import PROPOSER_PATH, checkpoint_settings, default_chain_length
 
     config = json.loads((Path(folder) / "generation_config.json").read_text(encoding="utf-8"))
-    settings = checkpoint_settings(config) or JacobiConfig()
-    k = settings.num_blocks * settings.block_size - 1
+    k = default_chain_length(checkpoint_settings(config) or JacobiConfig())
     return json.dumps({"method": "custom_class", "model": PROPOSER_PATH, "num_speculative_tokens": k})
 
 

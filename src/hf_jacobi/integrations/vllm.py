@@ -78,6 +78,22 @@ def chain_shape(num_speculative_tokens: int, settings: JacobiConfig | None) -> t
     return block, (k + 1) // block
 
 
+def default_chain_length(settings: JacobiConfig) -> int:
+    """The `num_speculative_tokens` a checkpoint's settings mean in vLLM: its Jacobi chain, lengthened by whole blocks
+    until it also holds one recycled candidate.
+
+    generate() verifies a candidate as a branch beside the chain; vLLM verifies one chain per request, so the
+    candidate has to fit in the chain, or a setting built on long candidates (a short chain and 14-token n-grams,
+    which `hf-jacobi tune` can choose) would be served with its short chain alone. The adaptive length still cuts each
+    chain where its drafts stop paying. Settings whose chain already holds their candidate (the pool's default
+    n-gram is block size - 1 tokens) keep `num_blocks * block_size - 1`.
+    """
+    blocks = settings.num_blocks
+    if settings.ngram_pool_size:
+        blocks = max(blocks, math.ceil((settings.candidate_length + 1) / settings.block_size))
+    return blocks * settings.block_size - 1
+
+
 def checkpoint_settings(generation_config: dict[str, Any] | None) -> JacobiConfig | None:
     """The Jacobi settings a checkpoint's generation config carries (validated), or None when it has none."""
     found = {
@@ -93,7 +109,8 @@ def speculative_config(num_speculative_tokens: int | None = None, model: str | o
 
     Args:
         num_speculative_tokens: drafts verified per step (k); by default the checkpoint's own chain,
-            `jacobi_num_blocks * jacobi_block_size - 1`, read from `model`'s generation_config.json.
+            `jacobi_num_blocks * jacobi_block_size - 1` read from `model`'s generation_config.json, in whole blocks
+            long enough to hold one recycled candidate (`default_chain_length`).
         model: the local model folder vLLM will serve.
     """
     check_vllm_version()
@@ -107,7 +124,7 @@ def speculative_config(num_speculative_tokens: int | None = None, model: str | o
     if num_speculative_tokens is None:
         if settings is None:
             raise ValueError(f"{model!r} carries no jacobi_* settings: pass num_speculative_tokens")
-        num_speculative_tokens = settings.num_blocks * settings.block_size - 1
+        num_speculative_tokens = default_chain_length(settings)
     chain_shape(num_speculative_tokens, settings)
     draft_mode()
     verify_cost()
