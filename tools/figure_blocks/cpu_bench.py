@@ -76,9 +76,8 @@ def tune_embedded(page: Page) -> str:
     )
 
 
-@block("tune-trained")
-def tune_trained(page: Page) -> str:
-    path = f"{JF}/tune-trained.json"
+def _tune_table(page: Page, path: str) -> str:
+    """A tune run's roofline, its five best predictions and its finalists' timings against greedy."""
     data = load(path)
     rows = _predictions(path, 5)
     timed = "; ".join(
@@ -92,6 +91,17 @@ def tune_trained(page: Page) -> str:
         + f"\n\nTimed against greedy over {data['verified'][0]['rounds']} alternating rounds: {timed}. "
         f"File: {page.ref(path)}."
     )
+
+
+@block("tune-trained")
+def tune_trained(page: Page) -> str:
+    return _tune_table(page, f"{JF}/tune-trained.json")
+
+
+@block("tune-short-chain")
+def tune_short_chain(page: Page) -> str:
+    """The tune that chose the shipped default since 2026-11-27 (recipe `tune-short-chain`)."""
+    return _tune_table(page, f"{JF}/tune-short-chain.json")
 
 
 @block("tune-round4")
@@ -112,6 +122,7 @@ RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
 PATHS_HELDOUT = f"{JF}/paths-heldout-base-scale/bench.json"
 PATHS_SECOND = f"{JF}/paths-heldout-second-sitting/bench.json"
 PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-sitting/first-sitting-code/bench.json"
+PATHS_SHORT_CHAIN = f"{JF}/paths-heldout-short-chain/bench.json"
 PATHS_COMPILED = "Jacobi recycling n=8 (compiled static cache in 5 widths)"
 """The shipped default on the compiled static cache, the CPU's default widths: its row in every `paths-heldout`."""
 
@@ -155,6 +166,42 @@ def bench_md_paths_second_sitting(page: Page) -> str:
     return _bench_paths(page, PATHS_SECOND)
 
 
+@block("bench-md-paths-short-chain")
+def bench_md_paths_short_chain(page: Page) -> str:
+    """tune-short-chain's choice, the shipped default since 2026-11-27, beside block 8 + pool 4 on the held-out
+    prompts of `paths-heldout` (recipe `paths-heldout-short-chain`)."""
+    return _bench_paths(page, PATHS_SHORT_CHAIN)
+
+
+@block("short-chain-verdict")
+def short_chain_verdict(page: Page) -> str:
+    """tune-short-chain's choice against the shipped default, in the same rounds of one held-out bench."""
+    rows = bench_rows(PATHS_SHORT_CHAIN)
+    choice = {("compiled" if "compiled" in name else "eager"): row for name, row in rows.items() if "default" in name}
+    shipped = {"eager": rows["Jacobi recycling n=8"], "compiled": rows["Jacobi recycling n=8 (compiled static cache)"]}
+    tune = load(f"{JF}/tune-short-chain.json")
+    chosen = max(tune["verified"], key=lambda v: v["speedup"])
+
+    def sample(block: int, verify: int | None, ngram: int | None) -> str:
+        a = next(
+            a
+            for a in tune["acceptance"]
+            if (a["block_size"], a["verify_size"], a["ngram_size"]) == (block, verify, ngram)
+        )
+        return f"{a['tokens_per_forward']:.2f} tokens per forward in {a['mean_width']:.1f} columns"
+
+    return (
+        f"on its 4 train prompts tune's choice, {chosen['candidate']}, accepted {sample(3, 1, 14)} against "
+        f"{sample(8, None, None)} for the shipped default (block 8 + pool 4) and was timed at "
+        f"{chosen['speedup']:.2f}x eager greedy; on the 8 held-out prompts it accepted "
+        f"{choice['eager']['tokens_per_forward']:.2f} tokens per forward against the shipped default's "
+        f"{shipped['eager']['tokens_per_forward']:.2f} and ran at {choice['compiled']['speedup_vs_best_ar']:.2f}x "
+        f"compiled greedy on the compiled static cache (the shipped default "
+        f"{shipped['compiled']['speedup_vs_best_ar']:.2f}x) and {choice['eager']['speedup_vs_best_ar']:.2f}x eager "
+        f"({shipped['eager']['speedup_vs_best_ar']:.2f}x)"
+    )
+
+
 @block("paths-sittings")
 def paths_sittings(page: Page) -> str:
     """What the two sittings of `paths-heldout` gave, and the first sitting's code timed in the second."""
@@ -191,6 +238,7 @@ CPU_BENCHES = [
     PATHS_HELDOUT,
     PATHS_SECOND,
     PATHS_SECOND_OLD_CODE,
+    PATHS_SHORT_CHAIN,
 ]
 
 
