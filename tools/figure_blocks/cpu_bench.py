@@ -100,7 +100,7 @@ def tune_trained(page: Page) -> str:
 
 @block("tune-short-chain")
 def tune_short_chain(page: Page) -> str:
-    """The tune that chose the shipped default since 2026-11-27 (recipe `tune-short-chain`)."""
+    """Tune over short chains beside long candidates (recipe `tune-short-chain`); its choice was not shipped."""
     return _tune_table(page, f"{JF}/tune-short-chain.json")
 
 
@@ -168,8 +168,8 @@ def bench_md_paths_second_sitting(page: Page) -> str:
 
 @block("bench-md-paths-short-chain")
 def bench_md_paths_short_chain(page: Page) -> str:
-    """tune-short-chain's choice, the shipped default since 2026-11-27, beside block 8 + pool 4 on the held-out
-    prompts of `paths-heldout` (recipe `paths-heldout-short-chain`)."""
+    """tune-short-chain's choice beside the shipped default (block 8 + pool 4) on the held-out prompts of
+    `paths-heldout` (recipe `paths-heldout-short-chain`)."""
     return _bench_paths(page, PATHS_SHORT_CHAIN)
 
 
