@@ -214,3 +214,54 @@ def demo_counts(page: Page) -> str:
         f"\n\nFile: {page.ref(f'{JF}/evaluate-bench-prompts-{SHIPPED}.json')} (the same prompts and setting, "
         f"batched); the GPU demo's transcript: {page.ref('gpu-h100/demo-batch1.md')}."
     )
+
+
+TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluation of the 48 other held-out prompts)
+    ("shipped (step 250)", SHIPPED_QUALITY, "evaluate-heldout48-shipped"),
+    ("trained further, step 150", "base-scale-more-step150", "evaluate-heldout48-base-scale-more-step150"),
+    ("trained further, step 300", "base-scale-more-step300", "evaluate-heldout48-base-scale-more-step300"),
+]
+
+
+@block("trained-further")
+def trained_further(page: Page) -> str:
+    """The shipped adapter against itself trained on: acceptance at the shipped default's setting on prompts no other
+    figure uses, beside every quality count of the study."""
+    rows = [
+        "| adapter | block 8 + pool 4 tokens/forward, 48 other held-out prompts | their distinct 3-grams | base NLL of "
+        "their answers | plain / 2 blocks + recycling tokens/forward (quality study) | loops: chat / code | "
+        "code passed | quality bars met |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    untrained = base(TRAINED_FURTHER[0][2])
+    rows.append(
+        f"| base (untrained) | {untrained.tpf('recycling', 2)} ({untrained.counts('recycling')}) | "
+        f"{untrained.distinct:.3f} | {untrained.reference_nll:.3f} | {quality_speed('base', 'plain', 2).split()[0]} / "
+        f"{quality_speed('base', 'both', 2).split()[0]} | {_loops('base')} | "
+        f"{quality_model('base')['quality']['code-tasks']['code_passed']} | - |"
+    )
+    for label, name, evaluated in TRAINED_FURTHER:
+        side, q = trained(evaluated), quality_model(name)
+        rows.append(
+            f"| {label} | {side.tpf('recycling', 2)} ({side.counts('recycling')}) | {side.distinct:.3f} | "
+            f"{side.reference_nll:.3f} | {quality_speed(name, 'plain', 2).split()[0]} / "
+            f"{quality_speed(name, 'both', 2).split()[0]} | {_loops(name)} | "
+            f"{q['quality']['code-tasks']['code_passed']} | {_bars_met(name)} |"
+        )
+    files = ", ".join(page.ref(f"{JF}/{evaluated}.json") for _, _, evaluated in TRAINED_FURTHER)
+    return "\n".join(rows) + f"\n\nFiles: {files}, {page.ref(f'{QUALITY_FRONT}/quality.json')}."
+
+
+def _loops(name: str) -> str:
+    q = quality_model(name)["quality"]
+    return f"{q['requests']['collapsed']} / {q['code-tasks']['collapsed']}"
+
+
+def _bars_met(name: str) -> str:
+    """`met of all` over both request sets, as the study's table counts them per set (its last column)."""
+    met = total = 0
+    for line in markdown_table(f"{QUALITY_FRONT}/quality.md").splitlines():
+        if line.startswith(f"| {name} |"):
+            done, _, of = line.rstrip(" |").rsplit("|", 1)[-1].strip().partition(" of ")
+            met, total = met + int(done), total + int(of)
+    return f"{met} of {total}"
