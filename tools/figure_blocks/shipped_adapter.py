@@ -233,20 +233,16 @@ def trained_further(page: Page) -> str:
         "code passed | quality bars met |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    untrained = base(TRAINED_FURTHER[0][2])
-    rows.append(
-        f"| base (untrained) | {untrained.tpf('recycling', 2)} ({untrained.counts('recycling')}) | "
-        f"{untrained.distinct:.3f} | {untrained.reference_nll:.3f} | {quality_speed('base', 'plain', 2).split()[0]} / "
-        f"{quality_speed('base', 'both', 2).split()[0]} | {_loops('base')} | "
-        f"{quality_model('base')['quality']['code-tasks']['code_passed']} | - |"
-    )
-    for label, name, evaluated in TRAINED_FURTHER:
-        side, q = trained(evaluated), quality_model(name)
+    # the base's side of every evaluation is the same model on the same prompts: the first file's stands for all
+    models = [("base (untrained)", "base", base(TRAINED_FURTHER[0][2]))]
+    models += [(label, name, trained(evaluated)) for label, name, evaluated in TRAINED_FURTHER]
+    for label, name, side in models:
+        speed = " / ".join(quality_speed(name, setting, 2).split()[0] for setting in ("plain", "both"))
         rows.append(
             f"| {label} | {side.tpf('recycling', 2)} ({side.counts('recycling')}) | {side.distinct:.3f} | "
-            f"{side.reference_nll:.3f} | {quality_speed(name, 'plain', 2).split()[0]} / "
-            f"{quality_speed(name, 'both', 2).split()[0]} | {_loops(name)} | "
-            f"{q['quality']['code-tasks']['code_passed']} | {_bars_met(name)} |"
+            f"{side.reference_nll:.3f} | {speed} | {_loops(name)} | "
+            f"{quality_model(name)['quality']['code-tasks']['code_passed']} | "
+            f"{'-' if name == 'base' else _bars_met(name)} |"
         )
     files = ", ".join(page.ref(f"{JF}/{evaluated}.json") for _, _, evaluated in TRAINED_FURTHER)
     return "\n".join(rows) + f"\n\nFiles: {files}, {page.ref(f'{QUALITY_FRONT}/quality.json')}."
