@@ -457,6 +457,39 @@ def test_resuming_from_a_checkpoint_matches_an_uninterrupted_run(tmp_path, traje
         torch.testing.assert_close(a, b, msg=name)
 
 
+def test_stop_after_steps_ends_a_run_inside_its_schedule_and_a_resume_past_it_trains_nothing(
+    tmp_path, trajectories, monkeypatch
+):
+    """`--stop_after_steps 2` of a 4-step linear schedule: checkpoint-2 with the learning rate of the 4-step schedule's
+    step 2 (max_steps=2 would have decayed faster), the stop named on the card; resumed, nothing more is trained."""
+    from hf_jacobi.cli import main
+    from hf_jacobi.cli import train as scripts
+
+    fresh_tiny_model("llama").save_pretrained(tmp_path / "model")
+    tiny_tokenizer().save_pretrained(tmp_path / "model")
+    out = tmp_path / "out"
+    argv = ["train", "--model_name_or_path", str(tmp_path / "model"),
+            "--trajectories", str(trajectory_folder(trajectories, tmp_path / "trajectories")),
+            "--output_dir", str(out), "--max_steps", "4", "--per_device_train_batch_size", "2", "--use_cpu", "true",
+            "--bf16", "false", "--report_to", "none", "--save_strategy", "steps", "--save_steps", "1",
+            "--learning_rate", "1e-3", "--lr_scheduler_type", "linear", "--warmup_ratio", "0", "--noise_window", "4",
+            "--logging_steps", "1", "--stop_after_steps", "2"]  # fmt: skip
+    assert main(argv) == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert (state["global_step"], state["max_steps"]) == (2, 4)
+    rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
+    assert rates == pytest.approx([1e-3, 7.5e-4])
+    assert "stopped after step 2" in (out / "README.md").read_text()
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a run already at its stop loaded the model")
+
+    monkeypatch.setattr(scripts, "load_model_and_tokenizer", no_load)
+    assert main([*argv, "--resume_from_checkpoint", "last"]) == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+
 def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
     with pytest.raises(ValueError, match="noise_schedule must be one of"):
         config(tmp_path, noise_schedule="linear")
@@ -466,6 +499,9 @@ def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
         config(tmp_path, base_kl_weight=-1)
     with pytest.raises(ValueError, match="remove_unused_columns"):
         config(tmp_path, remove_unused_columns=True)
+    for stop in (0, 1.5):
+        with pytest.raises(ValueError, match=rf"stop_after_steps must be an integer >= 1 or None .*got {stop}"):
+            config(tmp_path, stop_after_steps=stop)
     with pytest.raises(ValueError, match="lacks the trajectory columns"):
         JacobiForcingTrainer(
             fresh_tiny_model("llama"),

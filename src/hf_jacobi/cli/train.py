@@ -19,6 +19,7 @@ from ..atomic import check_writable, staged_files
 from ..data.collection import load_trajectories, select_trajectories
 from ..data.prompts import encode_prompts, load_prompts
 from ..training.config import JacobiForcingConfig
+from ..training.stopping import checkpoint_step
 from ..training.trainer import JacobiForcingTrainer
 from .recipe_args import jacobi_variants, load_model_and_tokenizer
 
@@ -204,6 +205,12 @@ def run_train(argv: list[str]) -> int:
     parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     check_writable(training_args.output_dir, folder=True, what="--output_dir")
+    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
+    stop, reached = training_args.stop_after_steps, checkpoint_step(checkpoint) if checkpoint is not None else 0
+    if stop is not None and reached >= stop:
+        # Trainer would train one more step before a callback could stop it; the run that reached the step saved it.
+        logger.warning("%s is at step %d, stop_after_steps=%d: nothing left to train", checkpoint, reached, stop)
+        return 0
     # bad data, a folder without the prompts asked for, or an adapter the run cannot continue is reported before the
     # model loads
     dataset = script_args.load()
@@ -239,7 +246,6 @@ def run_train(argv: list[str]) -> int:
         callbacks=[heldout] if heldout is not None else None,
         anchor_dataset=anchor_texts,
     )
-    checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     trainer.train(resume_from_checkpoint=checkpoint)
     # The final weights appear whole or not at all: a run stopped while saving leaves the previous files in place.
     with staged_files(training_args.output_dir) as staging:

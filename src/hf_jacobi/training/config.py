@@ -40,6 +40,10 @@ class JacobiForcingConfig(SFTConfig):
             all noisy tokens.
         prompt_ar_loss (`bool`, *optional*, defaults to `True`):
             Whether prompt tokens also get next-token loss, as in the reference.
+        stop_after_steps (`int` or `None`, *optional*, defaults to `None`):
+            End the run after this optimizer step (saving a checkpoint there) while the learning-rate schedule stays
+            the one planned for the whole run (`num_train_epochs` / `max_steps`): a checkpoint taken part-way through
+            a long schedule is reproduced without training the rest. A run resumed at or past it trains nothing.
     """
 
     noise_schedule: str = field(
@@ -62,6 +66,10 @@ class JacobiForcingConfig(SFTConfig):
         },
     )
     prompt_ar_loss: bool = field(default=True, metadata={"help": "Whether prompt tokens get next-token loss."})
+    stop_after_steps: int | None = field(
+        default=None,
+        metadata={"help": "End the run after this optimizer step; the schedule stays the whole run's."},
+    )
 
     # Defaults that differ from SFTConfig.
     learning_rate: float = field(default=1e-5, metadata={"help": "Initial AdamW learning rate."})
@@ -93,6 +101,9 @@ class JacobiForcingConfig(SFTConfig):
             raise ValueError(f"ar_loss_weight must be >= 0, got {self.ar_loss_weight!r}.")
         if not self.base_kl_weight >= 0:
             raise ValueError(f"base_kl_weight must be >= 0 (0 turns the anchor off), got {self.base_kl_weight!r}.")
+        stop = self.stop_after_steps
+        if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 1):
+            raise ValueError(f"stop_after_steps must be an integer >= 1 or None (train the whole run), got {stop!r}.")
         if self.remove_unused_columns:
             raise ValueError(
                 "remove_unused_columns=True would drop the trajectory columns the Jacobi Forcing collator reads; "

@@ -33,6 +33,7 @@ from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, training_datasets
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
+from .stopping import StopAfterSteps
 
 
 class JacobiForcingTrainer(SFTTrainer):
@@ -96,6 +97,8 @@ class JacobiForcingTrainer(SFTTrainer):
         train_dataset, eval_dataset, trained_block_size = training_datasets(
             train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight
         )
+        if args.stop_after_steps is not None:
+            callbacks = [*(callbacks or []), StopAfterSteps(args.stop_after_steps)]
         super().__init__(
             model=model,
             args=args,
@@ -276,7 +279,8 @@ class JacobiForcingTrainer(SFTTrainer):
             + (f", KL to the base model weight {args.base_kl_weight}" if args.base_kl_weight > 0 else ""),
             f"learning rate {args.learning_rate} ({args.lr_scheduler_type}, warmup ratio {args.warmup_ratio}), "
             f"{args.num_train_epochs} epochs, batch {args.per_device_train_batch_size} x "
-            f"{args.gradient_accumulation_steps} accumulation x {args.world_size} processes, max length {args.max_length}",
+            f"{args.gradient_accumulation_steps} accumulation x {args.world_size} processes, max length {args.max_length}"
+            + (f", stopped after step {args.stop_after_steps}" if args.stop_after_steps is not None else ""),
         ]
         peft_config = getattr(self.model, "peft_config", None)
         if peft_config:
