@@ -488,6 +488,14 @@ def test_stop_after_steps_ends_a_run_inside_its_schedule_and_a_resume_past_it_tr
     monkeypatch.setattr(scripts, "load_model_and_tokenizer", no_load)
     assert main([*argv, "--resume_from_checkpoint", "last"]) == 0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    trainer = JacobiForcingTrainer(
+        fresh_tiny_model("llama"),
+        args=config(out, max_steps=4, stop_after_steps=2),
+        train_dataset=trajectories,
+        processing_class=tiny_tokenizer(),
+    )
+    with pytest.raises(ValueError, match=r"resumed at step 2, at or past stop_after_steps=2: nothing to train"):
+        trainer.train(resume_from_checkpoint=str(out / "checkpoint-2"))
 
 
 def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):

@@ -43,7 +43,8 @@ class JacobiForcingConfig(SFTConfig):
         stop_after_steps (`int` or `None`, *optional*, defaults to `None`):
             End the run after this optimizer step (saving a checkpoint there) while the learning-rate schedule stays
             the one planned for the whole run (`num_train_epochs` / `max_steps`): a checkpoint taken part-way through
-            a long schedule is reproduced without training the rest. A run resumed at or past it trains nothing.
+            a long schedule is reproduced without training the rest. `hf-jacobi train` resumed at or past it trains
+            nothing; `train()` refuses such a resume.
     """
 
     noise_schedule: str = field(

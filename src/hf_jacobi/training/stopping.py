@@ -19,6 +19,14 @@ class StopAfterSteps(TrainerCallback):
     def __init__(self, steps: int) -> None:
         self.steps = steps
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        # Trainer checks for a stop only after a step: resumed at or past the stop, it would train one step more.
+        if state.global_step >= self.steps:
+            raise ValueError(
+                f"resumed at step {state.global_step}, at or past stop_after_steps={self.steps}: nothing to train; "
+                "raise stop_after_steps or resume from an earlier checkpoint."
+            )
+
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= self.steps:
             control.should_training_stop = True
