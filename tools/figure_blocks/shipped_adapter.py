@@ -220,13 +220,14 @@ TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluatio
     ("shipped (step 250)", SHIPPED_QUALITY, "evaluate-heldout48-shipped"),
     ("trained further, step 150", "base-scale-more-step150", "evaluate-heldout48-base-scale-more-step150"),
     ("trained further, step 300", "base-scale-more-step300", "evaluate-heldout48-base-scale-more-step300"),
+    ("KL x5 anchor, step 250", "base-scale-kl5-step250", "evaluate-heldout48-base-scale-kl5-step250"),
 ]
 
 
 @block("trained-further")
 def trained_further(page: Page) -> str:
-    """The shipped adapter against itself trained on: acceptance at the shipped default's setting on prompts no other
-    figure uses, beside every quality count of the study."""
+    """The shipped adapter against itself trained on and against weaker anchors: acceptance at the shipped default's
+    setting on prompts no other figure uses, beside every quality count of the study."""
     rows = [
         "| adapter | block 8 + pool 4 tokens/forward, 48 other held-out prompts | their distinct 3-grams | base NLL of "
         "their answers | plain / 2 blocks + recycling tokens/forward (quality study) | loops: chat / code | "
