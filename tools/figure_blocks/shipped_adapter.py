@@ -220,6 +220,7 @@ TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluatio
     ("shipped (step 250)", SHIPPED_QUALITY, "evaluate-heldout48-shipped"),
     ("trained further, step 150", "base-scale-more-step150", "evaluate-heldout48-base-scale-more-step150"),
     ("trained further, step 300", "base-scale-more-step300", "evaluate-heldout48-base-scale-more-step300"),
+    ("KL x7 anchor, step 250", "base-scale-kl7-step250", "evaluate-heldout48-base-scale-kl7-step250"),
     ("KL x5 anchor, step 250", "base-scale-kl5-step250", "evaluate-heldout48-base-scale-kl5-step250"),
 ]
 
