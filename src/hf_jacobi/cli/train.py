@@ -206,8 +206,8 @@ def run_train(argv: list[str]) -> int:
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
     check_writable(training_args.output_dir, folder=True, what="--output_dir")
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
-    stop, reached = training_args.stop_after_steps, checkpoint_step(checkpoint) if checkpoint is not None else 0
-    if stop is not None and reached >= stop:
+    stop = training_args.stop_after_steps
+    if stop is not None and checkpoint is not None and (reached := checkpoint_step(checkpoint)) >= stop:
         # Trainer would train one more step before a callback could stop it; the run that reached the step saved it.
         logger.warning("%s is at step %d, stop_after_steps=%d: nothing left to train", checkpoint, reached, stop)
         return 0

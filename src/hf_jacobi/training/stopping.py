@@ -7,10 +7,10 @@ other weights; the run has to follow the long schedule and stop where the checkp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
 
 
 class StopAfterSteps(TrainerCallback):
@@ -36,4 +36,4 @@ class StopAfterSteps(TrainerCallback):
 
 def checkpoint_step(checkpoint: str | Path) -> int:
     """The optimizer step a checkpoint folder was saved at, from its trainer_state.json."""
-    return int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME)).global_step
