@@ -41,9 +41,9 @@ docs: setup
 	$(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # Rewrite the figures of README.md, docs/*.md and model_cards/*.md from the results files they come from
-# (tools/docs_figures.py; tests/test_docs.py fails when a committed page disagrees with its files).
+# (lab/tools/docs_figures.py; tests/test_docs.py fails when a committed page disagrees with its files).
 docs-figures: setup
-	$(BIN)/python tools/docs_figures.py
+	$(BIN)/python lab/tools/docs_figures.py
 
 # The suite in TEST_WORKERS processes (pytest-xdist; `auto`: one per core), each on one torch thread, slow tests first
 # (tests/conftest.py); TEST_WORKERS=0 runs it in this process, as the other test targets do.
@@ -96,7 +96,7 @@ fuzz: setup
 	HF_JACOBI_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -m fuzz tests/test_properties.py \
 		--hypothesis-show-statistics
 
-# The GPU figures of docs/results/gpu-h200-grade in one command (benchmarks/bench_gpu.py, after `make setup
+# The GPU figures of docs/results/gpu-h200-grade in one command (lab/benchmarks/bench_gpu.py, after `make setup
 # TORCH_SPEC=...` on a CUDA machine; about 13 minutes on one H200, most of it compiling): forward-cost curves replayed as
 # CUDA graphs for the embedded model and random-weight Qwen2.5-Coder-1.5B/7B at batch 1 and 8; the shipped adapter
 # against plain and CUDA-graph greedy, Jacobi eager and compiled, float32 and bfloat16, batch 1 and 8; the projected
@@ -104,7 +104,7 @@ fuzz: setup
 GPU_RESULTS ?= runs/gpu
 GPU_ARGS ?=
 bench-gpu: setup
-	$(BIN)/python benchmarks/bench_gpu.py --output-dir $(GPU_RESULTS) $(GPU_ARGS)
+	$(BIN)/python lab/benchmarks/bench_gpu.py --output-dir $(GPU_RESULTS) $(GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis site

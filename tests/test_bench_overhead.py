@@ -9,7 +9,10 @@ from transformers import BatchEncoding
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.bench.common import VARIANTS
-from hf_jacobi.bench.overhead import (
+from hf_jacobi.bench.roofline import forward_cost_curve
+from hf_jacobi.data.humaneval import humaneval_prompts
+from lab.commands import overhead as overhead_command
+from lab.overhead import (
     cost_curve_table,
     markdown_table,
     measure_variant,
@@ -17,9 +20,6 @@ from hf_jacobi.bench.overhead import (
     run_overhead,
     summarize,
 )
-from hf_jacobi.bench.roofline import forward_cost_curve
-from hf_jacobi.cli import overhead as overhead_command
-from hf_jacobi.data.humaneval import humaneval_prompts
 from tiny_models import random_prompts, tiny_model
 
 
@@ -95,3 +95,16 @@ def test_overhead_command_line_refuses_bad_input():
         with pytest.raises(SystemExit) as exit_info:
             parser.parse_args(["overhead", *argv])
         assert exit_info.value.code == 2
+
+
+def test_overhead_json_naming_a_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    # the case `hf-jacobi overhead` had in test_cli_errors.py, now that the command is the lab's (`python -m lab`)
+    from lab.__main__ import lab_main
+
+    monkeypatch.delenv("HF_JACOBI_DEBUG", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert lab_main(["overhead", "--json", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert f"--json '{tmp_path}' is a folder" in lines[0]

@@ -25,6 +25,7 @@ from hf_jacobi import cli
 from hf_jacobi.cli import common, generate
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.gguf_cache import GGUF_PACKAGE
+from lab.__main__ import lab_main
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
 WORDS = ["hello", "world", *(f"w{i}" for i in range(100))]
@@ -474,7 +475,7 @@ def test_tune_command_writes_the_choice_into_the_checkpoint(tiny_checkpoint: Pat
 
 def test_forward_cost_times_each_width_at_each_batch_size(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
     argv = ["forward-cost", "--model", str(tiny_checkpoint), "--batch-sizes", "1", "3", "--widths", "8", "2"]
-    assert cli.main([*argv, "--context", "12", "--repeats", "2", "--json", str(tmp_path / "curve.json")]) == 0
+    assert lab_main([*argv, "--context", "12", "--repeats", "2", "--json", str(tmp_path / "curve.json")]) == 0
     out = capsys.readouterr().out
     assert out.count("break-even tokens/forward") == 2 and "## batch 3" in out
     report = json.loads((tmp_path / "curve.json").read_text())
@@ -489,7 +490,7 @@ def test_forward_cost_times_each_width_at_each_batch_size(tiny_checkpoint: Path,
 
 def test_forward_cost_refuses_forwards_beyond_the_models_positions(tiny_checkpoint: Path, capsys) -> None:
     # the tiny model has 256 positions
-    assert cli.main(["forward-cost", "--model", str(tiny_checkpoint), "--context", "200", "--widths", "64"]) == 1
+    assert lab_main(["forward-cost", "--model", str(tiny_checkpoint), "--context", "200", "--widths", "64"]) == 1
     err = capsys.readouterr().err
     assert "--context 200 + the widest forward (64 tokens) exceeds the model's max_position_embeddings (256)" in err
 

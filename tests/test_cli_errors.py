@@ -111,7 +111,6 @@ CASES = {
     "quality unknown prompt set": Case(
         ["quality", "--sets", "requests", "nosuchset", "--output-dir", "{tmp}/q"], "--sets 'nosuchset'"
     ),
-    "overhead --json is a folder": Case(["overhead", "--json", "{tmp}"], "--json '{tmp}' is a folder"),
     "collect --output_dir is a file": Case(
         ["collect", "--model_name_or_path", "{ck}", "--output_dir", "{tmp}/taken"],
         "--output_dir '{tmp}/taken' is a file",

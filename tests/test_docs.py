@@ -13,7 +13,7 @@ RECIPE_MAKEFILE = "recipes/smollm2-135m/Makefile"
 
 
 def load_renderer():
-    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "tools" / "docs_figures.py")
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "lab" / "tools" / "docs_figures.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -113,7 +113,7 @@ def test_every_docs_page_is_in_the_site_nav():
 def test_architecture_page_names_every_module_and_only_modules_that_exist():
     """docs/architecture.md stays drawn from the code: every module under src/hf_jacobi (but `__init__.py` files and
     `_version.py`) is named by its path there (`decoding/loop.py`), and every `.py` path the page names exists, under
-    src/hf_jacobi or from the repository root (`tools/docs_figures.py`)."""
+    src/hf_jacobi or from the repository root (`lab/tools/docs_figures.py`)."""
     package = ROOT / "src" / "hf_jacobi"
     modules = {
         p.relative_to(package).as_posix()

@@ -163,7 +163,7 @@ def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_pa
         text=True,
         check=True,
     ).stdout.replace("\\\n", " ")
-    compares = [line for line in printed.splitlines() if " compare " in line and "hf-jacobi" in line]
+    compares = [line for line in printed.splitlines() if " compare " in line and " -m lab " in line]
     assert len(compares) == 1, printed
     words = shlex.split(compares[0])
     paths = words[words.index("compare") + 1 : words.index("--output")]

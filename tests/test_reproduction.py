@@ -1,4 +1,4 @@
-"""`hf-jacobi compare`: a re-run's outputs checked against committed ones, for each kind of output a stage writes."""
+"""`python -m lab compare`: a re-run's outputs checked against committed ones, for each kind of output a stage writes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.numpy import save_file
 
-from hf_jacobi import cli
-from hf_jacobi.reproduction import compare, detect_kind
+from lab.__main__ import lab_main
+from lab.reproduction import compare, detect_kind
 
 
 def _row(i: int, states=None) -> dict:
@@ -216,12 +216,12 @@ def test_the_command_compares_pairs_writes_the_verdicts_and_exits_1_on_a_differe
     same = _report(tmp_path / "same.json")
     other = _report(tmp_path / "other.json", forwards=870)
     out = tmp_path / "out" / "verdicts.md"
-    assert cli.main(["compare", str(same), str(reference), "--output", str(out)]) == 0
+    assert lab_main(["compare", str(same), str(reference), "--output", str(out)]) == 0
     assert out.read_text().startswith("**reproduced** (evaluation)")
-    assert cli.main(["compare", str(same), str(reference), str(other), str(reference)]) == 1
+    assert lab_main(["compare", str(same), str(reference), str(other), str(reference)]) == 1
     printed = capsys.readouterr().out
     assert "**reproduced**" in printed and "**differs**" in printed
-    assert cli.main(["compare", str(same), str(reference), str(other)]) == 1
+    assert lab_main(["compare", str(same), str(reference), str(other)]) == 1
     assert "compare takes pairs REPRODUCED REFERENCE, got 3 paths" in capsys.readouterr().err
 
 

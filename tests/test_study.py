@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hf_jacobi.training.study import chain_runs, load_run, markdown_table, plot
+from lab.study import chain_runs, load_run, markdown_table, plot
 
 
 def _write_run(folder, curve, in_checkpoint=False):
@@ -49,7 +49,7 @@ def test_a_run_without_held_out_figures_is_refused(tmp_path):
 
 
 def test_the_study_command_writes_table_and_plot(tmp_path, capsys):
-    from hf_jacobi.cli import main
+    from lab.__main__ import lab_main as main
 
     _write_run(tmp_path / "full", [(0, 0, 1.07, 1.80), (40, 10000, 1.25, 2.1)])
     assert main(["study", str(tmp_path / "full"), "--output-dir", str(tmp_path / "report")]) == 0
@@ -60,7 +60,7 @@ def test_the_study_command_writes_table_and_plot(tmp_path, capsys):
 
 
 def test_a_second_round_is_placed_after_the_round_it_continues(tmp_path, capsys):
-    from hf_jacobi.cli import main
+    from lab.__main__ import lab_main as main
 
     _write_run(tmp_path / "round1", [(0, 0, 1.05, 1.8), (60, 1000, 1.15, 1.9)])
     _write_run(tmp_path / "round2", [(0, 0, 1.15, 1.9), (60, 1200, 1.26, 2.0)])

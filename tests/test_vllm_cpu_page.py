@@ -1,4 +1,4 @@
-"""The vLLM CPU benchmark's results page (benchmarks/vllm_cpu.py) is rendered from its JSON: the committed page of the
+"""The vLLM CPU benchmark's results page (lab/benchmarks/vllm_cpu.py) is rendered from its JSON: the committed page of the
 shipped adapter must be what `--render` writes from the committed JSON, its medians must be the rounds' medians, and
 every round must be on the page (a lead smaller than the spread of the rounds is noise). Needs no vLLM: the script
 imports it only to run an engine."""
@@ -16,7 +16,7 @@ RESULTS = ROOT / "docs" / "results" / "vllm-cpu" / "base-scale"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("vllm_cpu", ROOT / "benchmarks" / "vllm_cpu.py")
+    spec = importlib.util.spec_from_file_location("vllm_cpu", ROOT / "lab" / "benchmarks" / "vllm_cpu.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -15,37 +15,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
+from types import ModuleType
 
-from . import (
-    bench,
-    compare,
-    demo,
-    export,
-    forward_cost,
-    generate,
-    magpie,
-    overhead,
-    push,
-    quality,
-    recipe,
-    study,
-    tune,
-)
+from . import bench, demo, export, generate, magpie, push, quality, recipe, tune
 from .common import USER_ERRORS, debug_requested, report_error
 
-COMMANDS = (generate, demo, bench, quality, overhead, forward_cost, tune, push, recipe, study, export, magpie, compare)
+COMMANDS = (generate, demo, bench, quality, tune, push, recipe, export, magpie)
 """Command modules, each with `add_parser(commands)` that registers its flags and its runner as `handler` (the recipe
-steps only register their names: `main` hands their arguments to TRL's parser)."""
+steps only register their names: `main` hands their arguments to TRL's parser). The project's own study commands live
+outside the package (`python -m lab`, in the repository) and reuse `main` with their own modules."""
+
+DESCRIPTION = "Lossless Jacobi decoding for Hugging Face LMs."
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-jacobi", description="Lossless Jacobi decoding for Hugging Face LMs.")
+def build_parser(
+    commands: Sequence[ModuleType] = COMMANDS, prog: str = "hf-jacobi", description: str = DESCRIPTION
+) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an error (also: HF_JACOBI_DEBUG=1)"
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.add_parser(commands)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in commands:
+        command.add_parser(subparsers)
     return parser
 
 
@@ -62,16 +55,21 @@ def use_offline_hub() -> None:
         hub_constants.HF_HUB_OFFLINE = True
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage."""
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage.
+
+    Args:
+        argv: the arguments after the program name (default: `sys.argv[1:]`).
+        parser: the parser of another command set that shares this error handling (default: `hf-jacobi`'s own).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = debug_requested(argv)
     if argv[:1] == ["--debug"]:  # the global flag, taken here so that the recipe steps see it too
         argv = argv[1:]
-    if argv and argv[0] in recipe.STEPS:  # parsed by TRL's parser, not argparse
+    if parser is None and argv and argv[0] in recipe.STEPS:  # parsed by TRL's parser, not argparse
         use_offline_hub()
         return recipe.run_step(argv[0], argv[1:], debug=debug)
-    args = build_parser().parse_args(argv)
+    args = (parser or build_parser()).parse_args(argv)
     args.argv = argv
     if args.command != "push":  # the only subcommand that talks to the Hub
         use_offline_hub()

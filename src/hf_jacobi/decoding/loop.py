@@ -216,7 +216,7 @@ def _verify(
 ) -> tuple[torch.Tensor, list[list[int]]]:
     """The device's part of a step: the forward, the processed scores of every column and their argmax, read back
     (the step's one wait for the device). Everything else a step does is host work the device idles through, which
-    is what `benchmarks/profile_step.py --split` measures by timing this call."""
+    is what `lab/benchmarks/profile_step.py --split` measures by timing this call."""
     logits = forward.call(
         input_ids=layout.tokens,
         attention_mask=mask,

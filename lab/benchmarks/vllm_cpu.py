@@ -8,11 +8,11 @@ time of the generate calls, after a warm-up request), tokens per decode forward 
 each request's prefill token, over the forwards that produced them, from vLLM's accepted-token counter) and how many
 outputs equal transformers' float32 greedy token for token. Each method runs in its own engine process, one after
 the other, in `--rounds` alternating rounds; the tables give the median round. `hf-generate` runs
-benchmarks/vllm_cpu_generate.py in the main environment (`--hf-python`), in batches of `--concurrency` only.
+lab/benchmarks/vllm_cpu_generate.py in the main environment (`--hf-python`), in batches of `--concurrency` only.
 
 Run in the vLLM environment (`make test-vllm` builds it):
 
-    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/vllm_cpu.py --output-dir docs/results/vllm-cpu
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python lab/benchmarks/vllm_cpu.py --output-dir docs/results/vllm-cpu
 
 Writes vllm-cpu.json and vllm-cpu.md there.
 """
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "vllm": vllm.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "command": "OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/vllm_cpu.py " + shlex.join(sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 .venv-vllm/bin/python lab/benchmarks/vllm_cpu.py " + shlex.join(sys.argv[1:]),
         "settings": {
             k: v for k, v in vars(args).items() if k in ("limit", "max_new_tokens", "k", "concurrency", "rounds")
         },

@@ -1,4 +1,4 @@
-"""hf_jacobi's own `generate(decoding="jacobi")` on the prompts of benchmarks/vllm_cpu.py, in left-padded batches of
+"""hf_jacobi's own `generate(decoding="jacobi")` on the prompts of lab/benchmarks/vllm_cpu.py, in left-padded batches of
 `--concurrency`, with the merged folder's Jacobi defaults (the shipped adapter's: block 8, recycling pool 4).
 
 A child of vllm_cpu.py (`--methods hf-generate`), run with the main environment's Python (`--hf-python`, default

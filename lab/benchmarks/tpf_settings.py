@@ -6,7 +6,7 @@ target on a GPU can be counted here: a setting's speedup over CUDA-graph greedy 
 cost of its width on the GPU's forward-cost curve (docs/results/gpu-h200-grade). Widths are each setting's widest
 forward (chain plus candidates).
 
-    OMP_NUM_THREADS=1 python benchmarks/tpf_settings.py --output docs/results/gpu-h200-shipped/tpf-settings-cpu.json
+    OMP_NUM_THREADS=1 python lab/benchmarks/tpf_settings.py --output docs/results/gpu-h200-shipped/tpf-settings-cpu.json
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data.shards import SETTINGS_FILE as COLLECTION_SETTINGS
-from .figure_diff import count_figures, differences, read_json
-from .training.study import STATE_FILE as TRAINER_STATE
-from .training.study import state_file
+from hf_jacobi.data.shards import SETTINGS_FILE as COLLECTION_SETTINGS
+from lab.figure_diff import count_figures, differences, read_json
+from lab.study import STATE_FILE as TRAINER_STATE
+from lab.study import state_file
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PROMPT_FILE_SUFFIXES = (".parquet", ".jsonl")
@@ -154,7 +154,7 @@ def _set_changes(new: list[dict[str, Any]], old: list[dict[str, Any]], id_column
 def _prompt_rows(path: Path) -> tuple[list[dict[str, Any]], str]:
     """A prompt file's rows in file order (`prompt_id`, `messages`; or an anchor text file's `text_id`, `text`) and
     the name of its id column, read as `--prompts FILE` reads one (errors name the file and line)."""
-    from .data.local_files import LOCAL_BUILDERS, load_local_dataset
+    from hf_jacobi.data.local_files import LOCAL_BUILDERS, load_local_dataset
 
     if path.suffix not in PROMPT_FILE_SUFFIXES:
         raise ValueError(f"{path} is not a prompt file: expected one of {', '.join(PROMPT_FILE_SUFFIXES)}")
@@ -174,7 +174,7 @@ def compare_trajectories(reproduced: str | os.PathLike[str], reference: str | os
     The re-run may hold fewer prompts than the reference (a spot check of the first N); a prompt the reference lacks
     is a difference. The collection settings (block size, budget, the model it came from) must match too.
     """
-    from .data.collection import load_trajectories
+    from hf_jacobi.data.collection import load_trajectories
 
     result = Comparison("trajectories", str(reproduced), str(reference))
     mine, theirs = _settings(reproduced), _settings(reference)

@@ -3,7 +3,7 @@ real-size architectures, and the speedups they project.
 
 Three phases, each writing into --output-dir (a phase can run on its own, e.g. across two device calls):
 
-- curves: `hf-jacobi forward-cost` on random-weight builds of the embedded model's architecture (float32 and
+- curves: `python -m lab forward-cost` on random-weight builds of the embedded model's architecture (float32 and
   bfloat16) and of Qwen2.5-Coder-1.5B and 7B (bfloat16), at batch 1 and 8, each forward replayed as a CUDA graph
   (as compiled decoding runs it), widths 1..256: `curve-<architecture>-<dtype>.json`.
 - decode: `hf-jacobi bench` on the first 8 held-out `packages` test prompts with the shipped Jacobi Forcing adapter:
@@ -11,7 +11,7 @@ Three phases, each writing into --output-dir (a phase can run on its own, e.g. a
   16 + recycling, and the shipped default) eager and on the compiled static cache; batch 1 and 8, float32 and
   bfloat16: `decode-<dtype>-b<batch>/bench.json`. In float32 every output must equal greedy's; in bfloat16 the
   share of identical answers and where the others depart are recorded.
-- host: `benchmarks/profile_step.py --split` for each decode entry (2 blocks of 16 + recycling on the compiled static
+- host: `lab/benchmarks/profile_step.py --split` for each decode entry (2 blocks of 16 + recycling on the compiled static
   cache, the shipped adapter): a step's host work between two forwards beside its device part, the time the GPU
   idles per step: `host-<dtype>-b<batch>.json`.
 - summary: `gpu-grade.json` and `gpu-grade.md`: the decoding table, speedup per token-per-forward, the curves, and
@@ -41,11 +41,15 @@ from pathlib import Path
 import torch
 import transformers
 
+# run as a script, from any folder: the repository's root makes `lab` importable
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from hf_jacobi.bench.common import variant_config
 from hf_jacobi.bench.roofline import interpolate_cost
 from hf_jacobi.cli import main as hf_jacobi
 from hf_jacobi.decoding.checks import widest_forward
 from hf_jacobi.decoding.config import JacobiConfig
+from lab.__main__ import lab_main
 
 PAPER_TOKENS_PER_FORWARD = 4.1
 """Jacobi Forcing's tokens per forward on HumanEval with Qwen2.5-Coder-7B (arXiv 2512.14681), for the projection."""
@@ -91,9 +95,9 @@ def run_curves(plan: dict, out: Path) -> None:
         ]
         argv += ["--widths", *plan["widths"], "--context", plan["context"], "--repeats", plan["repeats"]]
         argv += ["--json", str(out / f"curve-{architecture}-{dtype}.json")]
-        if hf_jacobi(argv + graphs) != 0 and graphs:
+        if lab_main(argv + graphs) != 0 and graphs:
             print(f"CUDA graph capture failed for {architecture} {dtype}: timing eager forwards instead", flush=True)
-            hf_jacobi(argv)
+            lab_main(argv)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -172,7 +176,7 @@ def recordings_per_setting(counts: dict[str, dict[str, int]]):
 
 @functools.cache
 def _profile_step():
-    """benchmarks/profile_step.py as a module (it lies beside this script, not in the package)."""
+    """lab/benchmarks/profile_step.py as a module (it lies beside this script, not in the package)."""
     spec = importlib.util.spec_from_file_location("profile_step", Path(__file__).with_name("profile_step.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -380,7 +384,7 @@ def write_summary(out: Path, default: JacobiConfig, curves: Path | None = None) 
     if host:
         lines += [
             "",
-            "Host work per step (benchmarks/profile_step.py --split; 2 blocks of 16 + recycling, compiled static cache): "
+            "Host work per step (lab/benchmarks/profile_step.py --split; 2 blocks of 16 + recycling, compiled static cache): "
             "the step's time outside its device part (forward launch to the read-back of its predictions).",
             "",
             "| dtype | batch | steps | ms per step | device part (ms) | host work (ms) | call outside its steps (ms) | "

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..figures import save_figure
-from .heldout import PREFIX, heldout_curve
+from hf_jacobi.figures import save_figure
+from hf_jacobi.training.heldout import PREFIX, heldout_curve
 
 STATE_FILE = "trainer_state.json"
 TPF_SUFFIX = "_tokens_per_forward"

@@ -10,14 +10,14 @@ and this script replaces what lies between them with what the block function reg
 written inside a line (`about <!-- figures:NAME -->1.07<!-- /figures:NAME --> tokens`) is an inline block: its text
 stays on that line. Run from anywhere:
 
-    python tools/docs_figures.py           # rewrite the pages (make docs-figures)
-    python tools/docs_figures.py --check   # print a diff of every page that disagrees with its files, exit 1
+    python lab/tools/docs_figures.py           # rewrite the pages (make docs-figures)
+    python lab/tools/docs_figures.py --check   # print a diff of every page that disagrees with its files, exit 1
 
 tests/test_docs.py runs the check, so a results file that changes, or a page edited by hand between markers, fails
 `make test` until the pages are rendered again.
 
 Adding a figure is one function and one marker pair: a function that reads its files (paths relative to
-docs/results/) and returns Markdown, decorated with `@block("name")`, in the module of tools/figure_blocks/ that holds
+docs/results/) and returns Markdown, decorated with `@block("name")`, in the module of lab/tools/figure_blocks/ that holds
 its kind of figure (figure_blocks/core.py holds `block`, `load` and the other readers of the results files; a new
 module is imported below, which registers its blocks); then `<!-- figures:name -->` and `<!-- /figures:name -->`
 where it goes. `page.ref(path)` links a results file from the page being rendered (a relative link on README and docs

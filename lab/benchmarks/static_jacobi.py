@@ -2,7 +2,7 @@
 
 Run on the embedded SmolLM2-135M with the shipped Jacobi Forcing adapter (CPU, float32):
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/static_jacobi.py --prompts 4 --max-new-tokens 64 --block-size 8
+    OMP_NUM_THREADS=2 .venv/bin/python lab/benchmarks/static_jacobi.py --prompts 4 --max-new-tokens 64 --block-size 8
 
 Each prompt is decoded at batch 1 by every variant; outputs are checked against greedy decoding, and the script prints
 tokens per forward and the median seconds of `--repeats` timed runs per prompt. The compiled variant is warmed on

@@ -1,4 +1,4 @@
-"""The GPU-grade runs on one H200 (benchmarks/bench_gpu.py and profile_step.py): decoding at each dtype and
+"""The GPU-grade runs on one H200 (lab/benchmarks/bench_gpu.py and profile_step.py): decoding at each dtype and
 batch, host work, traces and forward-cost projections, for the shipped adapter and the one it replaced."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ SHIPPED_GRADE = "gpu-h200-shipped"  # the shipped adapter: float32 batch 1, bflo
 
 
 def grade_rows(dtype: str | None = None, batch: int | None = None, folder: str = GRADE) -> list[dict]:
-    """The decoding rows of a GPU-grade run (benchmarks/bench_gpu.py), of one dtype and batch size when given."""
+    """The decoding rows of a GPU-grade run (lab/benchmarks/bench_gpu.py), of one dtype and batch size when given."""
     rows = load(f"{folder}/gpu-grade.json")["decode"]
     return [r for r in rows if dtype in (None, r["dtype"]) and batch in (None, r["batch_size"])]
 
@@ -97,7 +97,7 @@ def gpu_shipped_decode(page: Page) -> str:
     )
     return (
         "\n".join(rows)
-        + "\n\nHost work per step (`benchmarks/profile_step.py --split --rounds 3`, 2 blocks of 16 + recycling on the "
+        + "\n\nHost work per step (`lab/benchmarks/profile_step.py --split --rounds 3`, 2 blocks of 16 + recycling on the "
         "compiled static cache, medians of 3 rounds):\n\n"
         + "\n".join(host)
         + "\n\nThe same speedups from forward costs alone (forward saving / cost of the setting's width on the "
@@ -154,7 +154,7 @@ def gpu_tpf_settings(page: Page) -> str:
             f"{r['identical']}/{data['prompts']} |"
         )
     return "\n".join(rows) + (
-        f"\n\n`benchmarks/tpf_settings.py` on this CPU: the shipped adapter, float32, batch 1, the same "
+        f"\n\n`lab/benchmarks/tpf_settings.py` on this CPU: the shipped adapter, float32, batch 1, the same "
         f"{data['prompts']} prompts, {data['max_new_tokens']} tokens. File: {page.ref(path)}."
     )
 
@@ -195,7 +195,7 @@ def gpu_trace(page: Page) -> str:
         )
         files.append(page.ref(f"{TRACE}/{name}", f"{dtype} batch {batch}"))
     return "\n".join(rows) + (
-        "\n\n`benchmarks/profile_step.py --trace` (and `--split` for the step and its host work) on one NVIDIA H200, "
+        "\n\n`lab/benchmarks/profile_step.py --trace` (and `--split` for the step and its host work) on one NVIDIA H200, "
         "the shipped adapter, 2 blocks of 16 + recycling on the compiled static cache against greedy on the static "
         'cache compiled in mode "reduce-overhead", the first `packages` test prompt(s), 128 tokens; per forward the '
         "prefill included. Files: "

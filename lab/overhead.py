@@ -7,7 +7,7 @@ as many tokens as the iterations fed on average (chain and candidate branches), 
 That ratio is the loop's own overhead (its Python, its 4D masks, its verification and pool); 1.00 would mean the loop
 costs nothing beyond the model.
 
-Run: hf-jacobi overhead [--prompts 8 --max-new-tokens 128 --block-sizes 16 --variants plain both]
+Run: python -m lab overhead [--prompts 8 --max-new-tokens 128 --block-sizes 16 --variants plain both]
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..decoding.config import JacobiConfig
-from ..loading import eos_token_ids
-from ..measurement import Decoded, decode
-from .common import VARIANTS, ForwardCounts, variant_config
-from .report import markdown
-from .roofline import block_forward_seconds, forward_cost_curve, timed_prefill
+from hf_jacobi.bench.common import VARIANTS, ForwardCounts, variant_config
+from hf_jacobi.bench.report import markdown
+from hf_jacobi.bench.roofline import block_forward_seconds, forward_cost_curve, timed_prefill
+from hf_jacobi.decoding.config import JacobiConfig
+from hf_jacobi.loading import eos_token_ids
+from hf_jacobi.measurement import Decoded, decode
 
 
 @dataclass

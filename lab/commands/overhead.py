@@ -1,5 +1,5 @@
-"""`hf-jacobi overhead`: tokens per forward per Jacobi variant, and what the loop costs beyond the model, on the
-embedded model and HumanEval prompts (see `hf_jacobi.bench.overhead` for what is measured)."""
+"""`python -m lab overhead`: tokens per forward per Jacobi variant, and what the loop costs beyond the model, on the
+embedded model and HumanEval prompts (see `lab.overhead` for what is measured)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ import argparse
 import json
 from pathlib import Path
 
-from ..atomic import write_text
-from ..bench.common import VARIANTS
-from ..data.humaneval import MissingDataError, humaneval_prompts
-from .arg_types import positive_int
-from .common import CliError, writable_output
+from hf_jacobi.atomic import write_text
+from hf_jacobi.bench.common import VARIANTS
+from hf_jacobi.cli.arg_types import positive_int
+from hf_jacobi.cli.common import CliError, writable_output
+from hf_jacobi.data.humaneval import MissingDataError, humaneval_prompts
 
 
 def run_overhead_command(args: argparse.Namespace) -> int:
     """Measures, prints the tables, and exits with 1 when any output differed from greedy."""
-    from hf_jacobi.bench import overhead
     from hf_jacobi.bench.report import machine_description
     from hf_jacobi.loading import EMBEDDED, load_model
+    from lab import overhead
 
     if args.json:
         writable_output(args.json, "--json", folder=False)

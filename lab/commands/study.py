@@ -1,17 +1,17 @@
-"""`hf-jacobi study`: the report of a Jacobi Forcing study, from its training runs' logged held-out curves."""
+"""`python -m lab study`: the report of a Jacobi Forcing study, from its training runs' logged held-out curves."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..atomic import write_text
-from .common import CliError, writable_output
+from hf_jacobi.atomic import write_text
+from hf_jacobi.cli.common import CliError, writable_output
 
 
 def run_study_command(args: argparse.Namespace) -> int:
     """Reads each run's held-out curve, prints the table, writes study.md and study.png."""
-    from ..training.study import chain_runs, load_run, markdown_table, plot
+    from lab.study import chain_runs, load_run, markdown_table, plot
 
     writable_output(args.output_dir, "--output-dir", folder=True)
     continues = {}

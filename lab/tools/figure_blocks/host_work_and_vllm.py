@@ -13,7 +13,7 @@ HOST_WORK = "host-work-cpu"
 @block("host-work-cpu")
 def host_work_cpu(page: Page) -> str:
     """The loop's own ops per step on the compiled static path, before and after the host-side layouts, masks and
-    in-graph slot moves (benchmarks/profile_step.py --ops, on the commit before and the commit after)."""
+    in-graph slot moves (lab/benchmarks/profile_step.py --ops, on the commit before and the commit after)."""
     lines = [
         "| batch | code | steps | aten ops per step outside the compiled forward | commonest of them | ms per step (CPU) |",
         "|---:|---|---:|---:|---|---:|",
@@ -55,7 +55,7 @@ def host_split_cpu(page: Page) -> str:
 
 @block("vllm-base-scale")
 def vllm_base_scale(page: Page) -> str:
-    """vLLM on this CPU with the shipped adapter merged (benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""
+    """vLLM on this CPU with the shipped adapter merged (lab/benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""
     path = "vllm-cpu/base-scale/vllm-cpu.md"
     return f"{markdown_table(path)}\n\nFiles: {page.ref(path)}, {page.ref('vllm-cpu/base-scale/vllm-cpu.json')}."
 
@@ -65,7 +65,7 @@ OVERHEAD = "cpu-overhead"
 
 @block("overhead-variants")
 def overhead_variants(page: Page) -> str:
-    """Tokens per forward per variant from `hf-jacobi overhead`; its timings came from a shared, loaded machine."""
+    """Tokens per forward per variant from `python -m lab overhead`; its timings came from a shared, loaded machine."""
     parts = []
     for name, title in (
         ("overhead", "plain Jacobi, 6 HumanEval prompts, 96 tokens"),

@@ -1,10 +1,10 @@
-"""`hf-jacobi forward-cost`: what one forward costs against the tokens in it, at several batch sizes, on this machine.
+"""`python -m lab forward-cost`: what one forward costs against the tokens in it, at several batch sizes, on this machine.
 
 Whether Jacobi decoding saves wall time is decided by this curve, not by tokens per forward alone: a forward of w tokens
 costing c(w) one-token forwards pays only if the setting accepts more than c(w) tokens per forward (before the loop's
 own overhead). On a small CPU the curve climbs almost from the start; on a GPU it stays flat far out, more so for a
 small model, whose forwards are bound by kernel launches. The figures come from the same bare-forward timer that
-`hf-jacobi tune` and `hf-jacobi overhead` use (`hf_jacobi.bench.roofline`), so the three compare.
+`hf-jacobi tune` and `python -m lab overhead` use (`hf_jacobi.bench.roofline`), so the three compare.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import write_text
-from .arg_types import checkpoint_dir, positive_int
-from .common import DTYPES, CliError, add_jacobi_forcing_argument, load_model, writable_output
+from hf_jacobi.atomic import write_text
+from hf_jacobi.cli.arg_types import checkpoint_dir, positive_int
+from hf_jacobi.cli.common import DTYPES, CliError, add_jacobi_forcing_argument, load_model, writable_output
 
 DEFAULT_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
 def run_forward_cost_command(args: argparse.Namespace) -> int:
     """Times the curve at each batch size, prints one table per batch size and writes the JSON when asked."""
-    from ..bench.overhead import cost_curve_table
-    from ..bench.report import machine_description
-    from ..bench.roofline import forward_cost_curve
+    from hf_jacobi.bench.report import machine_description
+    from hf_jacobi.bench.roofline import forward_cost_curve
+    from lab.overhead import cost_curve_table
 
     if args.json:
         writable_output(args.json, "--json", folder=False)
@@ -91,7 +91,7 @@ def _model(args: argparse.Namespace):
 
 def _random_model(architecture: str, dtype: str):
     """The named architecture with random weights on the GPU (else the CPU), and how the output names it."""
-    from ..bench.architectures import parameter_count, random_model
+    from lab.architectures import parameter_count, random_model
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = random_model(architecture, DTYPES[dtype], device)
@@ -108,7 +108,7 @@ def add_parser(commands) -> None:
         "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
     )
     add_jacobi_forcing_argument(parser)
-    from ..bench.architectures import ARCHITECTURES
+    from lab.architectures import ARCHITECTURES
 
     parser.add_argument(
         "--architecture",

@@ -1,17 +1,17 @@
-"""`hf-jacobi compare`: does a re-run reproduce the committed outputs? (trajectories, training logs, adapters, reports)"""
+"""`python -m lab compare`: does a re-run reproduce the committed outputs? (trajectories, training logs, adapters, reports)"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..atomic import write_text
-from .common import CliError, writable_output
+from hf_jacobi.atomic import write_text
+from hf_jacobi.cli.common import CliError, writable_output
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
     """Compares each (re-run, reference) pair, prints one verdict per pair, exits 1 when any differs."""
-    from ..reproduction import compare
+    from lab.reproduction import compare
 
     if len(args.paths) % 2:
         raise CliError(

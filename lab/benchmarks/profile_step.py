@@ -6,8 +6,8 @@ Python's profiler sees the host: the device runs asynchronously, so the time spe
 read-back of each step (`tolist`), and every other function's own time is host work, which is what shrinking the
 per-step overhead (mask building, cache commit, proposals) has to cut.
 
-    python benchmarks/profile_step.py --batch-size 8 --dtype bfloat16 --path compiled     # the shipped adapter
-    python benchmarks/profile_step.py --tiny                                              # any machine, seconds
+    python lab/benchmarks/profile_step.py --batch-size 8 --dtype bfloat16 --path compiled     # the shipped adapter
+    python lab/benchmarks/profile_step.py --tiny                                              # any machine, seconds
 
 Prints ms per step, the share spent waiting for the device, and the functions with the most host time per step;
 `--ops` also runs the call once under torch's profiler and counts the aten ops each step runs outside the compiled
@@ -19,7 +19,7 @@ CPU the device part is the forward computed in place; on a GPU it is the forward
 
 Measured (issue 36) on the shared 2-core CPU, one thread, the embedded SmolLM2-135M with the shipped adapter, batch 1:
 
-    OMP_NUM_THREADS=1 python benchmarks/profile_step.py --max-new-tokens 64 --top 15 --ops
+    OMP_NUM_THREADS=1 python lab/benchmarks/profile_step.py --max-new-tokens 64 --top 15 --ops
 
 before (one `sub_` per layer to crop, a gather and a copy per layer's keys and values on reordering steps, the slots'
 positions copied for every mask): 40 steps, 484 ms per step, 255.4 aten ops per step outside the compiled forward;
@@ -37,6 +37,7 @@ import cProfile
 import json
 import pstats
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -46,11 +47,14 @@ from pathlib import Path
 import torch
 import transformers
 
+# run as a script, from any folder: the repository's root makes `lab` importable
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from hf_jacobi.batching import left_padded
-from hf_jacobi.bench.architectures import random_model
 from hf_jacobi.bench.runner import KeptStaticCaches
 from hf_jacobi.data.prompts import encode_prompts, load_prompts
 from hf_jacobi.measurement import timed
+from lab.architectures import random_model
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 """The runtime calls that launch one kernel from the host (a CUDA graph's replay is one `cudaGraphLaunch`)."""
