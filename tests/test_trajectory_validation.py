@@ -207,3 +207,25 @@ def test_several_folders_train_as_one_dataset_selected_per_source(tmp_path):
         load_trajectories([first, second])
     with pytest.raises(TrajectoryDataError, match="no trajectory folder given"):
         load_trajectories([])
+
+
+def test_one_row_definition_gives_the_stored_columns_the_collators_columns_and_the_check():
+    from dataclasses import fields
+
+    import pyarrow as pa
+
+    from hf_jacobi.data.trajectory_schema import (
+        TRAINED_COLUMNS,
+        TRAJECTORY_FEATURES,
+        TrajectoryRow,
+        check_trajectory_table,
+    )
+
+    names = [f.name for f in fields(TrajectoryRow)]
+    assert list(TRAJECTORY_FEATURES) == names
+    assert tuple(n for n in names if n != "forward_passes") == TRAINED_COLUMNS
+    row = TrajectoryRow("p0", [1, 2], [3, 4], 2, [[[9, 9], [3, 4]]], [[3, 4]], 2).to_dict()
+    table = pa.Table.from_pylist([row], schema=TRAJECTORY_FEATURES.arrow_schema)
+    check_trajectory_table(table, "one row")  # a row built from the definition passes its own check
+    with pytest.raises(TrajectoryDataError, match="'states'"):
+        check_trajectory_table(table.drop_columns(["states"]), "one row")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
 _EXPORTS = {
     ".decoding.config": ("JacobiConfig",),

@@ -8,33 +8,73 @@ as None and fail much later inside the trainer, and a wrong dtype would surface 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
+_LEAF = {"string": datasets.Value("string"), "integer": datasets.Value("int32")}
+
+
+def _column(kind: str, depth: int, description: str, *, trained: bool = True) -> dict[str, Any]:
+    """A row field's column, as its field metadata: its leaf kind ("string" or "integer"), how deeply its values nest in
+    lists, how a user would describe it, and whether the collator reads it."""
+    return {"kind": kind, "depth": depth, "description": description, "trained": trained}
+
+
+@dataclass(frozen=True)
+class TrajectoryRow:
+    """One prompt's Jacobi trajectory: the one definition of a trajectory row, from which the stored columns and their
+    types (`TRAJECTORY_FEATURES`), the columns the collator reads (`TRAINED_COLUMNS`) and the check of loaded data
+    (`check_trajectory_table`) derive.
+
+    Args:
+        prompt_id: the prompt's id in its prompt set (a trajectory is stored and resumed by it).
+        prompt_ids: the prompt's token ids, chat template applied.
+        completion_ids: the tokens decoded for it (the model's greedy answer).
+        block_size: the Jacobi block size it was collected with.
+        states: per complete block, the states it passed through, initial draft first and fixed point last.
+        fixed_points: per complete block, its fixed point (the last of its states).
+        forward_passes: the decoding forwards the collection spent on this prompt.
+    """
+
+    prompt_id: str = field(metadata=_column("string", 0, "a string"))
+    prompt_ids: list[int] = field(metadata=_column("integer", 1, "a list of token ids (list<int>)"))
+    completion_ids: list[int] = field(metadata=_column("integer", 1, "a list of token ids (list<int>)"))
+    block_size: int = field(metadata=_column("integer", 0, "an integer"))
+    states: list[list[list[int]]] = field(
+        metadata=_column("integer", 3, "per block, its states, each a list of token ids (list<list<list<int>>>)")
+    )
+    fixed_points: list[list[int]] = field(
+        metadata=_column("integer", 2, "per block, its fixed point as token ids (list<list<int>>)")
+    )
+    forward_passes: int = field(metadata=_column("integer", 0, "an integer", trained=False))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as the dict a `datasets` table or a parquet shard stores."""
+        return asdict(self)
+
+
+def _feature(kind: str, depth: int) -> Any:
+    feature = _LEAF[kind]
+    for _ in range(depth):
+        feature = datasets.List(feature)
+    return feature
+
+
 TRAJECTORY_FEATURES = datasets.Features(
-    {
-        "prompt_id": datasets.Value("string"),
-        "prompt_ids": datasets.List(datasets.Value("int32")),
-        "completion_ids": datasets.List(datasets.Value("int32")),
-        "block_size": datasets.Value("int32"),
-        "states": datasets.List(datasets.List(datasets.List(datasets.Value("int32")))),
-        "fixed_points": datasets.List(datasets.List(datasets.Value("int32"))),
-        "forward_passes": datasets.Value("int32"),
-    }
+    {f.name: _feature(f.metadata["kind"], f.metadata["depth"]) for f in fields(TrajectoryRow)}
 )
-"""Per prompt: its ids, the generated text, and per complete block its states (initial draft first, fixed point last)."""
+"""The stored columns of `TrajectoryRow` and their types (integers as int32)."""
+
+TRAINED_COLUMNS = tuple(f.name for f in fields(TrajectoryRow) if f.metadata["trained"])
+"""The columns of a trajectory row that the collator reads."""
 
 # Per column: (leaf kind, list nesting depth) and how a user would describe it.
 _EXPECTED: dict[str, tuple[str, int, str]] = {
-    "prompt_id": ("string", 0, "a string"),
-    "prompt_ids": ("integer", 1, "a list of token ids (list<int>)"),
-    "completion_ids": ("integer", 1, "a list of token ids (list<int>)"),
-    "block_size": ("integer", 0, "an integer"),
-    "states": ("integer", 3, "per block, its states, each a list of token ids (list<list<list<int>>>)"),
-    "fixed_points": ("integer", 2, "per block, its fixed point as token ids (list<list<int>>)"),
-    "forward_passes": ("integer", 0, "an integer"),
+    f.name: (f.metadata["kind"], f.metadata["depth"], f.metadata["description"]) for f in fields(TrajectoryRow)
 }
 
 

@@ -131,10 +131,6 @@ ANCHOR_TEXT = "anchor_text"
 """The column that marks an anchor-text row among trajectory rows (`with_anchor_texts`)."""
 
 
-TRAJECTORY_COLUMNS = ("prompt_id", "prompt_ids", "completion_ids", "block_size", "states", "fixed_points")
-"""The columns of a trajectory row (see `collect_trajectories`) that the collator reads."""
-
-
 @dataclass
 class JacobiForcingCollator:
     """Turns trajectory rows (see `collect_trajectories`) into right-padded batches of packed sequences.

@@ -10,8 +10,8 @@ from typing import Any
 import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from ..data.trajectory_schema import check_not_empty, check_trajectory_table
-from .collator import ANCHOR_TEXT, TRAJECTORY_COLUMNS, JacobiForcingCollator
+from ..data.trajectory_schema import TRAINED_COLUMNS, check_not_empty, check_trajectory_table
+from .collator import ANCHOR_TEXT, JacobiForcingCollator
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def usable_trajectories(dataset: datasets.Dataset, collator: JacobiForcingCollat
     than one block, or a prompt too long. Nothing else is dropped."""
     source = f"the {name} dataset"
     check_not_empty(len(dataset), source)
-    check_trajectory_table(dataset.data.table, source, columns=TRAJECTORY_COLUMNS, allow_extra=True)
+    check_trajectory_table(dataset.data.table, source, columns=TRAINED_COLUMNS, allow_extra=True)
 
     def fits(example: dict[str, Any]) -> bool:
         blocks = collator.blocks_that_fit(
@@ -73,7 +73,7 @@ def with_anchor_texts(trajectories: datasets.Dataset, anchor_texts: datasets.Dat
     short = [t for t, ids in zip(anchor_texts["text_id"], anchor_texts["input_ids"], strict=True) if len(ids) < 2]
     if short:
         raise ValueError(f"{len(short)} anchor texts hold fewer than 2 tokens (nothing to predict), e.g. {short[0]!r}")
-    kept = trajectories.select_columns(list(TRAJECTORY_COLUMNS))
+    kept = trajectories.select_columns(list(TRAINED_COLUMNS))
     kept = kept.add_column(ANCHOR_TEXT, [False] * len(kept))
     n = len(anchor_texts)
     texts = datasets.Dataset.from_dict(
