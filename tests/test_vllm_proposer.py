@@ -20,6 +20,7 @@ from hf_jacobi.integrations.vllm import (
     chain_shape,
     checkpoint_settings,
     default_chain_length,
+    draft_mode,
     speculative_config,
     verify_cost,
 )
@@ -328,3 +329,34 @@ def test_a_requests_own_rates_go_with_its_state_and_the_shared_counts_stay():
         drafter.propose([row([40 + step, 41, 42], [42], None)])
     assert all(s is not state for states in drafter._states.values() for s in states)  # dropped, own rates with it
     assert drafter.budget.rates.tried == shared  # what it showed the other requests stays
+
+
+def test_the_proposers_options_travel_in_the_folders_generation_config_and_the_environment_overrides(
+    fake_vllm, monkeypatch, tmp_path
+):
+    from transformers import GenerationConfig
+
+    fake_vllm("0.32.0")
+    monkeypatch.delenv("HF_JACOBI_VLLM_DRAFTS", raising=False)
+    monkeypatch.delenv("HF_JACOBI_VLLM_VERIFY_COST", raising=False)
+    config = {"jacobi_block_size": 8, "jacobi_vllm_drafts": "plain", "jacobi_vllm_verify_cost": 0}
+    (tmp_path / "generation_config.json").write_text(json.dumps(config))
+    assert draft_mode(config) == "plain" and verify_cost(config) == 0
+    assert draft_mode() == "lookup" and verify_cost() == DEFAULT_VERIFY_COST  # no folder: the defaults
+    # the proposer's options are not settings of generate(), which reads the same file
+    assert checkpoint_settings(config) == JacobiConfig(block_size=8)
+    assert JacobiConfig.from_generation_config(GenerationConfig(**config)) == JacobiConfig(block_size=8)
+    assert speculative_config(model=tmp_path)["num_speculative_tokens"] == 7
+    monkeypatch.setenv("HF_JACOBI_VLLM_VERIFY_COST", "0.2")
+    monkeypatch.setenv("HF_JACOBI_VLLM_DRAFTS", "fill")
+    assert verify_cost(config) == 0.2 and draft_mode(config) == "fill"
+    monkeypatch.delenv("HF_JACOBI_VLLM_DRAFTS")
+    monkeypatch.delenv("HF_JACOBI_VLLM_VERIFY_COST")
+    for key, bad, message in (
+        ("jacobi_vllm_drafts", "tree", "is not a draft mode"),
+        ("jacobi_vllm_verify_cost", -1, "is not a finite number >= 0"),
+        ("jacobi_vllm_verify_cost", True, "is not a finite number >= 0"),
+    ):
+        (tmp_path / "generation_config.json").write_text(json.dumps({**config, key: bad}))
+        with pytest.raises(ValueError, match=rf"generation_config.json {key}={bad!r} {message}"):
+            speculative_config(7, model=tmp_path)

