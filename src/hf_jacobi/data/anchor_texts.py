@@ -1,9 +1,8 @@
 """Human-written text for the KL anchor: what holds a Jacobi Forcing model to its base on text it did not write.
 
 Trained on its own answers, a model grows sharper on them; the KL anchor at those answers (`base_kl_weight`) holds the
-next-token distribution there, but not on other text: an adapter trained one epoch on its own trajectories of 2,000
-prompts kept its KL at its own answers flat and still raised the NLL of HumanEval's canonical solutions to 1.19x the
-base's. Anchor texts carry the same KL term onto human-written code, packed as rows of their own with no block and no
+next-token distribution there, but not on other text, where the model can still drift (docs/training.md, "Anchor texts",
+has the measurement). Anchor texts carry the same KL term onto human-written code, packed as rows of their own with no block and no
 AR target: the model is held to the base's distribution there, never trained to fit the text (it can get no closer
 to the base than 1.0x, so a held-out NLL bar stays a fair test of drift).
 

@@ -1,9 +1,8 @@
 """Which cache a Jacobi call runs on when its settings say "auto".
 
-On a GPU, Jacobi decoding beats CUDA-graph greedy only on the static cache with its verify forward compiled (on one
-H200 with the shipped adapter: 1.66x at batch 1 in float32, where the eager loop on the dynamic cache ran below
-compiled greedy with the adapter before it); on a CPU the compile costs minutes before the first token and gains
-little. So "auto" takes the static cache exactly where that forward would be compiled, by the rule transformers'
+On a GPU, Jacobi decoding beats CUDA-graph greedy only on the static cache with its verify forward compiled: the
+eager loop on a dynamic cache pays per-step host work that a captured graph does not (docs/results.md, "On a GPU");
+on a CPU the compile costs minutes before the first token and gains little. So "auto" takes the static cache exactly where that forward would be compiled, by the rule transformers'
 generate applies to its own static cache, and the dynamic one elsewhere. A checkpoint can thus ship one setting that
 is right on both.
 """
