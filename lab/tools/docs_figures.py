@@ -42,6 +42,7 @@ from figure_blocks import (  # noqa: E402, F401
     cpu_bench,
     gpu_bench,
     gpu_grade,
+    gpu_h200_1128,
     host_work_and_vllm,
     model_card,
     shipped_adapter,

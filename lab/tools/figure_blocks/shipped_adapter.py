@@ -21,7 +21,7 @@ from .core import (
     trained,
 )
 from .cpu_bench import PATHS_COMPILED, PATHS_HELDOUT, PATHS_SECOND
-from .gpu_grade import SHIPPED_GRADE, grade_best
+from .gpu_h200_1128 import glance_row as gpu_glance_row
 
 QUALITY_FRONT = "quality-cpu/front"
 """The answer-quality study of every adapter (`hf-jacobi quality`, merged with --merge)."""
@@ -159,9 +159,7 @@ def glance(page: Page) -> str:
         f"| 2-core CPU, 2 quiet threads, batch 1, 8 other held-out prompts: the shipped default (block 8 + recycling) "
         f"on the compiled static cache vs compiled greedy (two machines of one kind) | - | {_speedup(shipped_cpu)}, "
         f"{_speedup(earlier_cpu)} | {page.ref(PATHS_SECOND, 'bench.json')}, {page.ref(PATHS_HELDOUT, 'bench.json')} |",
-        f"| one H200, batch 1, float32, 8 `packages` prompts: 2 blocks + recycling on the compiled static cache vs "
-        f"CUDA-graph greedy | - | {grade_best('float32', 1, SHIPPED_GRADE)['speedup_vs_best_greedy']:.2f}x | "
-        f"{page.ref(SHIPPED_GRADE + '/gpu-grade.json', 'gpu-grade.json')} |",
+        gpu_glance_row(page),
     ]
     return "\n".join(rows)
 
