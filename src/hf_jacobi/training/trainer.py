@@ -11,7 +11,6 @@ clean tokens only (`CleanView`).
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +30,7 @@ from .adapter_switch import AdapterSwitch
 from .collator import CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, training_datasets
+from .frozen_base import prepare_frozen_base
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
 from .stopping import StopAfterSteps
@@ -112,14 +112,11 @@ class JacobiForcingTrainer(SFTTrainer):
         )
         self.noise_aware_mask = NoiseAwareMask.for_model(self.model)
         # The base of the KL anchor: a LoRA run switches its adapter off (no copy); a full fine-tune keeps a frozen
-        # copy of the weights it starts from.
+        # copy of the weights it starts from, sharded as the trained model is.
         self._frozen_base = None
         self._adapter_switch: tuple[torch.nn.Module, AdapterSwitch] | None = None  # on first use, once wrapped
         if args.base_kl_weight > 0 and not isinstance(self.model, PeftModel):
-            self._frozen_base = copy.deepcopy(self.model).eval().requires_grad_(False)
-            # SFTTrainer binds a patched forward (its fused LM head) to the model instance, closing over the original
-            # model's bound forward: the copy would keep that closure and run the weights being trained.
-            vars(self._frozen_base).pop("forward", None)
+            self._frozen_base = prepare_frozen_base(self.model, self.accelerator)
         self._trained_block_size = trained_block_size
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, LossItems]:
@@ -191,8 +188,9 @@ class JacobiForcingTrainer(SFTTrainer):
         items: LossItems | None,
     ) -> torch.Tensor:
         """The KL anchor, with the base model run on the clean view only and projected through the LM head only where
-        some row is anchored (AR targets, anchor texts): the anchor reads nothing else, and a base forward over the whole packed batch (4D
-        mask, full-vocabulary logits at every noisy token) made a step 1.33x one without the anchor, this one 1.12x."""
+        some row is anchored (AR targets, anchor texts): the anchor reads nothing else, and a base forward over the
+        whole packed batch (4D mask, full-vocabulary logits at every noisy token) costs several times more (the
+        measured step times are in docs/training.md)."""
         view = CleanView.of(inputs["input_ids"], inputs["position_ids"], segment_ids, ar_targets, anchored)
         columns = view.targeted_columns()
         if columns.numel() == 0:
