@@ -4,6 +4,7 @@ refused before anything is allocated, naming the settings to lower."""
 from __future__ import annotations
 
 import functools
+import warnings
 
 import pytest
 import torch
@@ -137,3 +138,28 @@ def test_the_static_widths_spread_candidate_counts_and_end_at_the_widest_forward
     assert widths(5) == widths(9) == (8, 15, 22, 29, 36)  # never more widths than candidate counts
     assert checks.forward_widths(JacobiConfig(block_size=8), 10, 128, 5) == (8,)  # no pool: the chain only
     assert checks.forward_widths(config, 10, 4, 5) == (4, 7, 10, 13, 16)  # a 4-token budget cuts chain and candidates
+
+
+def test_a_block_size_no_request_can_use_is_named_once_per_call_and_decodes_as_before():
+    """10**9 runs capped at the call's budget, as it always did; it now says so, once per call (not per row or step),
+    naming the cap; a block size any request can use says nothing, even where one short call caps it."""
+    model = enable_jacobi(tiny_model("llama"))  # addresses 512 positions
+    ids, mask = random_prompts(3, 10, seed=1)
+    kwargs = {"attention_mask": mask, "do_sample": False, "max_new_tokens": 12, "decoding": "jacobi"}
+    kwargs["return_dict_in_generate"] = True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        huge = model.generate(ids, jacobi_block_size=10**9, **kwargs)
+        capped = model.generate(ids, jacobi_block_size=12, **kwargs)
+        normal = model.generate(ids, jacobi_block_size=16, **kwargs)  # over this call's 12 tokens, within 512
+    named = [str(w.message) for w in caught if "jacobi_block_size" in str(w.message)]
+    assert named == [
+        "jacobi_block_size=1000000000 is larger than any request can use (the model addresses 512 positions); "
+        "capped at 12, the tokens this call may generate (max_new_tokens). Decoding is unchanged; set a block size "
+        "within them."
+    ]
+    assert all(w.category is UserWarning for w in caught if "jacobi_block_size" in str(w.message))
+    # the same steps as a block of exactly the budget (the cap), and greedy's tokens
+    assert torch.equal(huge.sequences, capped.sequences) and torch.equal(huge.forward_passes, capped.forward_passes)
+    greedy = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12)
+    assert torch.equal(huge.sequences, greedy) and torch.equal(normal.sequences, greedy)

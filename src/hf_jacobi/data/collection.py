@@ -14,7 +14,6 @@ is its rank.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -27,15 +26,15 @@ import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 
-from ..atomic import write_text
 from ..batching import in_batches, left_padded
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
 from ..loading import eos_token_ids, process_state
+from .model_identity import HASH_CACHE, WeightHashCache, model_identity
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,
-    SETTINGS_FILE,
+    check_or_record,
     list_shards,
     read_shard,
     repair,
@@ -44,7 +43,7 @@ from .shards import (
     write_shard,
 )
 from .trajectories import TrajectoryRecorder, block_states
-from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, check_not_empty
+from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, TrajectoryRow, check_not_empty
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +62,7 @@ def collect_trajectories(
     max_prompt_tokens: int | None = None,
     draft_seed: int = 0,
     model_id: str | None = None,
+    adapter: str | os.PathLike[str] | None = None,
     progress: bool = True,
 ) -> Path:
     """Runs Jacobi decoding over `prompts` (columns `prompt_id`, `messages`) and writes trajectory shards.
@@ -72,8 +72,8 @@ def collect_trajectories(
     folder with the same settings resumes: prompts already written are skipped, and a shard that cannot be read is
     set aside (logged) and its prompts collected again. Settings that would make old and new shards disagree
     (block size, token budget, chat formatting, and `model_id` when given: a name for the model, e.g. "embedded" or
-    the base plus the adapter a second round collects from) are refused with the values that differ, so states of two
-    models never mix in one folder.
+    the base plus the adapter a second round collects from) are refused with the values that differ, and so is
+    another model under the same name (see `model_identity`; `adapter`: the LoRA folder merged into `model`).
     """
     _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size)
     state = process_state()
@@ -81,7 +81,7 @@ def collect_trajectories(
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
     if model_id is not None:
         settings["model"] = model_id
-    _open_folder(output, settings, state)
+    _open_folder(output, settings, state, model, adapter)
     pending = _pending_prompts(prompts, output, state)
 
     model = enable_jacobi(model)
@@ -138,15 +138,24 @@ def _check_arguments(
         )
 
 
-def _open_folder(output: Path, settings: dict[str, Any], state) -> None:
-    """Makes `output` ready to write into with `settings`, on every process: its recorded settings match (written on
-    the first run), and whatever a killed run left behind is repaired."""
-    if state.is_main_process:  # one process writes the settings and repairs; the others check theirs against them
-        _check_or_write_settings(output, settings)
+def _open_folder(output: Path, settings: dict[str, Any], state, model, adapter: str | os.PathLike[str] | None) -> None:
+    """Makes `output` ready to write into with `settings`, on every process: its recorded settings and model identity
+    match this run's (recorded on the first run), and whatever a killed run left behind is repaired. Every process
+    computes the identity and compares it; the main process first, and once its identity is accepted it saves the
+    weight files' hashes in the folder, for the other processes and later resumes to reuse instead of reading the
+    files again."""
+    cache = WeightHashCache(output / HASH_CACHE)
+
+    def identity() -> dict[str, Any]:
+        return model_identity(model, name=settings.get("model"), adapter=adapter, cache=cache)
+
+    if state.is_main_process:  # one process writes the record and repairs; the others check theirs against it
+        check_or_record(output, settings, identity, write=True)
+        cache.save()
         repair(output)
     state.wait_for_everyone()
     if not state.is_main_process:
-        _check_or_write_settings(output, settings)
+        check_or_record(output, settings, identity, write=False)
 
 
 def _pending_prompts(prompts: datasets.Dataset, output: Path, state) -> list[int]:
@@ -250,31 +259,17 @@ def _collect_batch(
         generated = generated[:end]
         blocks = block_states(recorder.steps.get(row, []), generated, block_size)
         records.append(
-            {
-                "prompt_id": prompt_id,
-                "prompt_ids": ids,
-                "completion_ids": generated,
-                "block_size": block_size,
-                "states": blocks,
-                "fixed_points": [states[-1] for states in blocks],
-                "forward_passes": int(out.forward_passes[row]),
-            }
+            TrajectoryRow(
+                prompt_id=prompt_id,
+                prompt_ids=ids,
+                completion_ids=generated,
+                block_size=block_size,
+                states=blocks,
+                fixed_points=[states[-1] for states in blocks],
+                forward_passes=int(out.forward_passes[row]),
+            ).to_dict()
         )
     return records
-
-
-def _check_or_write_settings(output: Path, settings: dict[str, Any]) -> None:
-    path = output / SETTINGS_FILE
-    if path.exists():
-        previous = json.loads(path.read_text())
-        differing = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
-        if differing:
-            detail = ", ".join(f"{k}: {old!r} on disk, {new!r} now" for k, (old, new) in differing.items())
-            raise ValueError(
-                f"{output} holds trajectories collected with other settings ({detail}); use a new folder."
-            )
-        return
-    write_text(path, json.dumps(settings, indent=2))
 
 
 def _collected_ids(output: Path) -> set[str]:

@@ -9,14 +9,19 @@ moves it aside so that its prompts are collected again.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..atomic import write_text
+from .model_identity import identity_changes, identity_summary
 from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, check_trajectory_table
 
 logger = logging.getLogger(__name__)
@@ -26,6 +31,58 @@ TEMPORARY_PATTERN = re.compile(r"^\.trajectories-r\d{3}-\d{5}\.parquet\.tmp$")
 SCHEMA: pa.Schema = TRAJECTORY_FEATURES.arrow_schema
 SETTINGS_FILE = "collection.json"
 """Beside the shards: the settings that collected them (a resumed collection must use the same)."""
+IDENTITY_FILE = "model_identity.json"
+"""Beside the shards: the identity of the model that collected them (`model_identity`), apart from the settings so
+that the settings file stays what it was (committed folders and `lab` compare it key by key across machines)."""
+
+
+class CollectionMismatchError(ValueError):
+    """A resumed collection would add trajectories of another model to a folder: refused in one line."""
+
+
+def check_or_record(
+    folder: Path, settings: dict[str, Any], identity: Callable[[], dict[str, Any]], write: bool
+) -> None:
+    """Checks that `folder`'s recorded settings and model identity are this run's, or records them in a new folder.
+
+    A folder whose settings differ is refused with the values that differ; one whose model differs (config, dtype,
+    weights or adapter, see `identity_changes`) with a `CollectionMismatchError` naming what changed. A folder
+    collected before identities were recorded resumes with a warning, its record left as it is: nothing can tell
+    which model wrote its shards, so none is written in for it.
+
+    Args:
+        folder: the output folder.
+        settings: this run's settings (block size, budget, chat, draft seed, the model's name when given).
+        identity: computes this run's model identity (called only once the settings match).
+        write: whether this process records a new folder and warns (the main process of a launch).
+    """
+    path = folder / SETTINGS_FILE
+    if not path.exists():
+        if write:  # the identity first: a folder with settings and no identity reads as one from before identities
+            write_text(folder / IDENTITY_FILE, json.dumps(identity(), indent=2))
+            write_text(path, json.dumps(settings, indent=2))
+        return
+    previous = json.loads(path.read_text())
+    differing = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
+    if differing:
+        detail = ", ".join(f"{k}: {old!r} on disk, {new!r} now" for k, (old, new) in differing.items())
+        raise ValueError(f"{folder} holds trajectories collected with other settings ({detail}); use a new folder.")
+    if not (folder / IDENTITY_FILE).exists():
+        if write:
+            logger.warning(
+                "%s records no model identity (collected before identities were recorded): the model's identity "
+                "could not be checked; resuming on trust that %s is the model that collected it.",
+                folder,
+                repr(settings["model"]) if "model" in settings else "this run's model",
+            )
+        return
+    recorded = json.loads((folder / IDENTITY_FILE).read_text())
+    changes = identity_changes(recorded, identity())
+    if changes:
+        raise CollectionMismatchError(
+            f"output_dir '{folder}' was collected with model {recorded.get('name')!r} ({identity_summary(recorded)}); "
+            f"this run loads a different model: {'; '.join(changes)}. Use a new output_dir or the same model."
+        )
 
 
 def shard_path(folder: Path, rank: int, number: int) -> Path:

@@ -8,13 +8,14 @@ decoding, nor a machine brought down by one oversized allocation.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
 from transformers import GenerationConfig
 
 from .cache import CACHE_ARGUMENTS
-from .config import CACHE_IMPLEMENTATIONS, JacobiConfig
+from .config import CACHE_IMPLEMENTATIONS, JACOBI_PREFIX, JacobiConfig
 from .masks import SLIDING, AttentionLayout
 
 GIB = 1024**3
@@ -158,11 +159,40 @@ def free_memory(device: torch.device) -> int | None:
     return available
 
 
+def model_positions(model) -> int | None:
+    """The positions the model can address (`max_position_embeddings` of its text config), or None where unsaid."""
+    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and positions > 0 else None
+
+
+def warn_unusable_block_size(model, config: JacobiConfig, capacity: int) -> None:
+    """Warns, once per call, when `jacobi_block_size` is larger than any request to this model can use: over the
+    positions the model addresses and over this call's token budget `capacity` (where the config does not say its
+    positions, over the budget alone). The loop caps a block at the budget (`loop._proposers`), so such a setting
+    runs as the cap makes it, but it is almost surely a mistake (a typo, a unit slip) that would otherwise pass
+    unseen. A block size larger than one short call's budget but usable by longer calls is normal: no warning.
+    Decoding is not changed."""
+    positions = model_positions(model)
+    if config.block_size <= max(positions or 0, capacity):
+        return
+    what = f"any request can use (the model addresses {positions} positions)" if positions else "this call can use"
+    warnings.warn(
+        f"{JACOBI_PREFIX}block_size={config.block_size} is larger than {what}; capped at {capacity}, the tokens this "
+        "call may generate (max_new_tokens). Decoding is unchanged; set a block size within them.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def check_memory(
     model, config: JacobiConfig, batch: int, prompt_len: int, capacity: int, device: torch.device
 ) -> None:
     """Refuses, before the prefill allocates anything, a call whose widest forward would not fit in the free memory of
-    `device`, naming the settings that widen it (the most costly first) and the batch size."""
+    `device`, naming the settings that widen it (the most costly first) and the batch size.
+
+    It is the one check of a call that knows its token budget, so it also warns about a block size no request can
+    use (`warn_unusable_block_size`), once per call."""
+    warn_unusable_block_size(model, config, capacity)
     chain, candidates = widest_forward(config, prompt_len, capacity)
     width = chain + candidates
     context = prompt_len + capacity + width

@@ -2,7 +2,8 @@
 
 The card is where a reader decides whether the checkpoint is worth its download, so it carries what was measured for
 this very checkpoint (the bench table, with its machine and command) rather than the paper's figures, and says how to
-use the checkpoint both with and without hf_jacobi installed.
+use the checkpoint both with and without hf_jacobi installed. It claims Jacobi Forcing training only for a checkpoint
+that was trained (`CardInfo.trained`); any other is presented as its base model with Jacobi decoding settings.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class CardInfo:
         bench: what `hf-jacobi bench` measured on this checkpoint (its bench.json), or None when not measured.
         tuning_note: how the defaults were chosen (e.g. by `hf-jacobi tune`, on which hardware).
         license: an SPDX id or "other".
+        model_name: the card's title (default: the repository's name).
+        trained: whether the checkpoint was post-trained with Jacobi Forcing. The card says so only when True;
+            otherwise it presents the base model with Jacobi decoding settings and leaves out the training data. The
+            trainer, which has just trained, leaves the default; `publish_checkpoint` sets it from the training
+            record the checkpoint carries (`hub.export.jacobi_forcing_record`).
     """
 
     repo_id: str
@@ -60,6 +66,7 @@ class CardInfo:
     tuning_note: str = ""
     license: str = "apache-2.0"
     model_name: str | None = None
+    trained: bool = True
 
 
 def template_text(template: str | Path | None = None) -> str:
@@ -94,6 +101,11 @@ def _generation_config_settings(jacobi: JacobiConfig | None) -> dict[str, Any]:
     return settings
 
 
+def _base_section(info: CardInfo) -> str:
+    """The anchor of the section that names the base model: "Training" on a trained checkpoint's card."""
+    return "training" if info.trained else "base-model"
+
+
 def render_model_card(info: CardInfo, template: str | Path | None = None) -> ModelCard:
     """The card as a `huggingface_hub.ModelCard` (YAML metadata + Markdown), ready to `save()` or push."""
     hub_base = info.base_model if _is_hub_id(info.base_model) else None
@@ -112,8 +124,9 @@ def render_model_card(info: CardInfo, template: str | Path | None = None) -> Mod
         model_name=info.model_name or info.repo_id.split("/")[-1],
         repo_id=info.repo_id,
         base_model=base_name,
-        base_model_url=f"https://huggingface.co/{hub_base}" if hub_base else "#training",
+        base_model_url=f"https://huggingface.co/{hub_base}" if hub_base else f"#{_base_section(info)}",
         adapter=info.adapter,
+        trained=info.trained,
         hf_jacobi_version=__version__,
         bench_table=info.bench.table() if info.bench else None,
         bench_notes=info.bench.description() if info.bench else "",

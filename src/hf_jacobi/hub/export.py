@@ -11,7 +11,9 @@ import copy
 import fnmatch
 import json
 import logging
+import pickletools
 import shutil
+import zipfile
 from pathlib import Path
 
 from transformers import GenerationConfig
@@ -29,6 +31,12 @@ CUSTOM_GENERATE_REQUIREMENTS = ("torch>=2.4", "transformers>=5.17")
 
 TUNE_REPORT = "jacobi_tune.json"
 """Written by `hf-jacobi tune` beside the generation config; the card quotes it to say how defaults were chosen."""
+
+TRAINING_ARGS = "training_args.bin"
+"""What a Trainer's `save_model` writes beside the weights: its arguments, pickled by torch.save."""
+TRAINER_STATE = "trainer_state.json"
+JACOBI_FORCING_ARGS = "hf_jacobi.training.config JacobiForcingConfig"
+"""The class a JacobiForcingTrainer run pickles its arguments as (module and name, as a pickle names a class)."""
 
 PUBLISH_IGNORE_PATTERNS = (
     *(pattern.removesuffix("/*") for pattern in UPLOAD_IGNORE_PATTERNS),
@@ -127,6 +135,71 @@ def prepare_publish_folder(
             raise FileNotFoundError(f"{str(path)!r} does not exist (asked to publish it beside the checkpoint)")
         shutil.copyfile(path, folder / Path(path).name)
     return settings
+
+
+def jacobi_forcing_record(folder: str | Path) -> str | None:
+    """The record that `folder`'s weights come out of Jacobi Forcing training, or None when it carries none.
+
+    A JacobiForcingTrainer saving these weights (`save_model`, each `checkpoint-N/`) writes beside them its arguments,
+    a `JacobiForcingConfig`, as `training_args.bin`: that file is the record, and only at the top of the folder (a
+    `checkpoint-N/` inside records its own weights, not these). The pickle is read for the class it names and never
+    loaded (loading runs code from the file). A `trainer_state.json` beside it that counts no optimizer step vetoes
+    the claim: such a run trained nothing. Weights without the file (an adapter exported as package data, a model
+    tuned but never trained) are not claimed to be trained, whatever they are.
+
+    Returns:
+        One line naming the evidence, e.g. "training_args.bin (JacobiForcingConfig), 3 optimizer steps", or None.
+    """
+    folder = Path(folder)
+    args = folder / TRAINING_ARGS
+    if not args.is_file() or JACOBI_FORCING_ARGS not in _pickled_classes(args):
+        return None
+    record = f"{TRAINING_ARGS} ({JACOBI_FORCING_ARGS.split()[-1]})"
+    state = folder / TRAINER_STATE
+    if state.is_file():
+        try:
+            steps = json.loads(state.read_text(encoding="utf-8")).get("global_step")
+        except (ValueError, AttributeError):
+            steps = None
+        if isinstance(steps, int):
+            return f"{record}, {steps} optimizer steps" if steps > 0 else None
+    return record
+
+
+def _pickled_classes(path: Path) -> set[str]:
+    """The "module name" of every class or function a torch.save file's pickle refers to, read without unpickling
+    (torch.save writes a zip holding `<archive>/data.pkl`; older torch, a bare pickle). Strings a pickle reuses
+    through its memo are followed, so that a class whose module was named before is still found."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                data = archive.read(next(name for name in archive.namelist() if name.endswith("data.pkl")))
+        else:
+            data = path.read_bytes()
+        found: set[str] = set()
+        strings: list[str] = []
+        memo: dict[int, str | None] = {}
+        last: str | None = None
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name == "GLOBAL":
+                found.add(str(arg))
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.add(f"{strings[-2]} {strings[-1]}")
+            if opcode.name == "MEMOIZE":
+                memo[len(memo)] = last
+            elif opcode.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                memo[int(arg)] = last
+            elif opcode.name in ("GET", "BINGET", "LONG_BINGET"):
+                last = memo.get(int(arg))
+                if last is not None:
+                    strings.append(last)
+            else:
+                last = arg if isinstance(arg, str) and "UNICODE" in opcode.name else None
+                if last is not None:
+                    strings.append(last)
+        return found
+    except Exception:  # unreadable, not a pickle, cut short: no record in it
+        return set()
 
 
 def stage_checkpoint(source: str | Path, staging: str | Path) -> Path:
