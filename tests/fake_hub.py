@@ -18,6 +18,7 @@ percent-encoded by the client, e.g. refs%2Fpr%2F1):
 - POST /api/{type}/{repo}/commit/{rev}        NDJSON commit (header, file, deletedFile, deletedFolder); ?create_pr=1
 - POST /api/{type}/{repo}/discussions         create_pull_request / create_discussion
 - GET  /api/{type}/{repo}/discussions/{num}   discussion details (create_pull_request reads them back)
+- GET  /api/{type}/{repo}/tree/{rev}[/{path}]  list_repo_tree (transformers lists a repo's files and chat templates)
 - HEAD/GET /[datasets/|spaces/]{repo}/resolve/{rev}/{path}   hf_hub_download
 
 Because every file is "regular", no LFS or Xet transfer ever happens: with hf_xet installed, upload_folder still runs
@@ -260,6 +261,8 @@ class FakeHub:
             return self._create_discussion(req, repo_type, repo_id)
         if method == "GET" and len(tail) == 2 and tail[0] == "discussions":
             return self._discussion(req, repo_type, repo_id, tail[1])
+        if method == "GET" and len(tail) >= 2 and tail[0] == "tree":
+            return self._tree(req, repo_type, repo_id, tail[1], "/".join(tail[2:]))
         return None
 
     # ------------------------------------------------------------------ handlers
@@ -475,6 +478,30 @@ class FakeHub:
             "diff": "",
         }
 
+    def _tree(self, req: RecordedRequest, repo_type: str, repo_id: str, revision: str, path: str) -> Any:
+        """The files and folders under `path` (the whole repo when empty), one level deep unless ?recursive=true; a
+        path that holds nothing is 404 EntryNotFound, as on the Hub. One page: no pagination Link header."""
+        repo = self._get_repo(repo_type, repo_id, req.headers)
+        tree = self._trees[self._resolve(repo, revision)]
+        prefix = f"{path.strip('/')}/" if path.strip("/") else ""
+        below = {name[len(prefix) :]: data for name, data in tree.items() if name.startswith(prefix)}
+        if prefix and not below:
+            raise _Reply(404, f"{path} does not exist on {revision!r}", "EntryNotFound")
+        recursive = req.query.get("recursive", "").lower() in ("1", "true")
+        folders: set[str] = set()
+        files = []
+        for rest, data in sorted(below.items()):
+            parts = rest.split("/")
+            depth = len(parts) - 1 if recursive else min(1, len(parts) - 1)  # the folders above it that are listed
+            folders.update("/".join(parts[: i + 1]) for i in range(depth))
+            if recursive or len(parts) == 1:
+                files.append({"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": prefix + rest})
+        dirs = [
+            {"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0, "path": prefix + f}
+            for f in sorted(folders)
+        ]
+        return dirs + files
+
     def _route_resolve(self, req: RecordedRequest, segments: list[str]) -> Any:
         if req.method not in ("GET", "HEAD"):
             return None
@@ -605,6 +632,13 @@ def use_fake_hub(monkeypatch: pytest.MonkeyPatch, hub: FakeHub, home: str | os.P
     monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(home / ".agent_harnesses.json"))
     # huggingface_hub.create_repo, upload_folder, ... are bound methods of one HfApi made at import, endpoint included.
     monkeypatch.setattr(hf_api.api, "endpoint", endpoint)
+    # transformers keeps one HfApi of its own, made with the endpoint of its first use (it lists repo trees with it).
+    try:
+        from transformers.utils import hub as transformers_hub
+    except ImportError:
+        pass
+    else:
+        monkeypatch.setattr(transformers_hub, "_hf_api", None)
     # The shared HTTP client reads proxy settings when it is created: start from a fresh one.
     close_session()
 

@@ -1,8 +1,10 @@
 """Every input a user can get wrong ends `hf-jacobi` with exit code 1 and one line naming the input and the fix; the
-traceback appears only with `--debug` or HF_JACOBI_DEBUG=1. Outputs are checked before any model is loaded.
+traceback appears only with `--debug` or HF_JACOBI_DEBUG=1. Outputs are checked before any model is loaded, and a
+refused command leaves its folders as they were.
 
 Each row runs the command in-process on a tiny checkpoint (or fails before a model is needed), so the table costs a
-few seconds; the one row that needs the embedded model's GGUF only hashes it, it never loads the model.
+few seconds; the one row that needs the embedded model's GGUF only hashes it, it never loads the model. The table runs
+offline, as the suite does: a Hub id is looked up in an empty cache (a download is tested in test_hub_download).
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import constants as hub_constants
+from safetensors.torch import save as safetensors_bytes
+from transformers import Gemma2Config, T5Config
 
 from hf_jacobi import atomic, cli
 from hf_jacobi.gguf_cache import GGUF_PACKAGE, MODEL_SUBDIR
-from tiny_models import tiny_model, tiny_tokenizer
+from tiny_models import TINY_CONFIG, tiny_model, tiny_tokenizer
+
+# Checkpoints that transformers refuses when it builds the model, before any weight is read (so none is saved).
+NO_SDPA = {  # Gemma2 runs eager attention only
+    "gemma2/config.json": Gemma2Config(**TINY_CONFIG, head_dim=8).to_json_string().encode(),
+    "gemma2/model.safetensors": safetensors_bytes({}),
+}
+SEQ2SEQ_CONFIG = T5Config(vocab_size=128, d_model=32, num_layers=1, num_heads=2).to_json_string().encode()
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +40,24 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def trajectories(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Trajectories of the tiny checkpoint, so that `train` gets past its data to the model flags."""
+    folder = tmp_path_factory.mktemp("trajectories")
+    argv = ["collect", "--model_name_or_path", str(checkpoint), "--prompts", "stdlib", "--num_prompts", "1"]
+    assert cli.main([*argv, "--max_new_tokens", "4", "--block_size", "2", "--output_dir", str(folder)]) == 0
+    return folder
+
+
 def unreachable_hub(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens there
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+
+
+def empty_hub_cache(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline (as the table runs) with an empty Hugging Face cache at {tmp}/hf-cache, which is not created."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp / "hf-cache"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp / "hf-cache"))
 
 
 def read_only_corrupt_cache(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +91,94 @@ class Case:
 
 
 GSM8K = ["bench", "--task", "gsm8k", "--output-dir", "{tmp}/out", "--data"]
+GSM8K_ROW = {"gsm8k.jsonl": b'{"question": "a", "answer": "#### 1"}\n'}
+COMMANDS = {  # each command with a --model flag, on inputs it accepts
+    "generate": ["generate", "hi"],
+    "demo": ["demo", "--prompts", "1", "--prompt-source", "stdlib"],
+    "bench": [*GSM8K, "{tmp}/gsm8k.jsonl"],
+    "tune": ["tune", "--output-dir", "{tmp}/tuned", "--prompt-source", "stdlib", "--prompts", "1"],
+    "quality": ["quality", "--output-dir", "{tmp}/q", "--num-prompts", "1"],
+    "magpie": ["magpie", "--num-prompts", "1", "--output", "{tmp}/m.jsonl"],
+}
+STEPS = {  # each recipe step (--model_name_or_path), on inputs it accepts, and the attention it takes
+    "collect": (["collect", "--prompts", "stdlib", "--num_prompts", "1", "--output_dir", "{tmp}/traj"], "sdpa, eager"),
+    "evaluate": (["evaluate", "--prompts", "stdlib", "--num_prompts", "1"], "sdpa, eager"),
+    "train": (
+        ["train", "--trajectories", "{traj}", "--output_dir", "{tmp}/run", "--use_cpu", "true", "--bf16", "false"],
+        "sdpa, eager, flex_attention",
+    ),
+}
+GSM8K_ROW = {"gsm8k.jsonl": b'{"question": "a", "answer": "#### 1"}\n'}
+NOT_CACHED = "'org/tiny' is not a local folder, and HF_HUB_OFFLINE=1 allows only the Hugging Face cache, which has no "
+NOT_CACHED += "copy of it (no config.json) (HF_HUB_CACHE={tmp}/hf-cache)"
+NO_SUCH_FOLDER = (
+    "'./no/such/model' does not exist (expected a local checkpoint folder or a Hub model id such as org/name)"
+)
+FLASH = "--attn_implementation 'flash_attention_2' cannot take the 4D attention masks this step builds; accepted: "
+SDPA_REFUSED = "could not be loaded: Gemma2ForCausalLM does not support an attention implementation through"
+FLAG = "--model_name_or_path"
+MODEL_CASES = {
+    **{
+        f"{name} --model Hub id not in the offline cache": Case(
+            [*argv, "--model", "org/tiny"], f"--model {NOT_CACHED}", GSM8K_ROW, empty_hub_cache
+        )
+        for name, argv in COMMANDS.items()
+    },
+    **{
+        f"{name} {FLAG} Hub id not in the offline cache": Case(
+            [*argv, FLAG, "org/tiny"], f"{FLAG} {NOT_CACHED}", setup=empty_hub_cache
+        )
+        for name, (argv, _) in STEPS.items()
+    },
+    **{
+        f"{name} {FLAG} folder missing": Case([*argv, FLAG, "./no/such/model"], f"{FLAG} {NO_SUCH_FOLDER}")
+        for name, (argv, _) in STEPS.items()
+    },
+    **{
+        f"{name} --attn_implementation flash_attention_2": Case(
+            [*argv, FLAG, "{ck}", "--attn_implementation", "flash_attention_2"], FLASH + accepted
+        )
+        for name, (argv, accepted) in STEPS.items()
+    },
+    "evaluate --trained_model folder missing": Case(
+        [*STEPS["evaluate"][0], FLAG, "{ck}", "--trained_model", "./no/such/model"],
+        f"--trained_model {NO_SUCH_FOLDER}",
+    ),
+    **{
+        f"{name} --adapter folder missing": Case(
+            [*STEPS[name][0], FLAG, "{ck}", "--adapter", "{tmp}/none"],
+            "--adapter '{tmp}/none' is not a PEFT adapter folder (missing",
+        )
+        for name in ("collect", "evaluate")
+    },
+    "generate model without sdpa attention": Case(
+        [*COMMANDS["generate"], "--model", "{tmp}/gemma2"], "--model '{tmp}/gemma2' " + SDPA_REFUSED, NO_SDPA
+    ),
+    "collect model without sdpa attention": Case(
+        [*STEPS["collect"][0], FLAG, "{tmp}/gemma2"], f"{FLAG} '{{tmp}}/gemma2' " + SDPA_REFUSED, NO_SDPA
+    ),
+    "generate an encoder-decoder model": Case(
+        ["generate", "hi", "--model", "{tmp}/t5"],
+        "--model '{tmp}/t5' could not be loaded: Unrecognized configuration class",
+        {"t5/config.json": SEQ2SEQ_CONFIG},
+    ),
+    "bench unreadable config.json": Case(
+        [*COMMANDS["bench"], "--model", "{tmp}/bad"],
+        "--model '{tmp}/bad' could not be loaded:",
+        {"bad/config.json": b"{ truncated", **GSM8K_ROW},
+    ),
+    "push a checkpoint folder that is not there": Case(
+        ["push", "{tmp}/none", "--repo-id", "me/model", "--dry-run", "--output-dir", "{tmp}/rendered"],
+        "Checkpoint folder '{tmp}/none' does not exist",
+    ),
+    "export-weights a folder without an adapter": Case(
+        ["export-weights", "{ck}", "--output-dir", "{tmp}/weights"], "{ck} is not a PEFT adapter folder (missing"
+    ),
+    "tune a Hub id without --output-dir": Case(
+        ["tune", "--model", "org/tiny"],
+        "--model 'org/tiny' is a Hub id, not a folder to write the tuned settings into",
+    ),
+}
 CASES = {
     "push to an unreachable endpoint": Case(
         ["push", "{ck}", "--repo-id", "me/model", "--token", "hf_x", "--output-dir", "{tmp}/rendered"],
@@ -146,30 +260,48 @@ CASES = {
     "collect from an evaluation set": Case(
         ["collect", "--prompts", "humaneval", "--output_dir", "{tmp}/traj"], "'humaneval' is an evaluation set"
     ),
+    **MODEL_CASES,
 }
 
 
-def run(case: Case, tmp: Path, ck: Path, monkeypatch: pytest.MonkeyPatch, capsys, debug: bool = False):
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `folder` with its size and modification time (0, 0 for a folder)."""
+    return {
+        str(path.relative_to(folder)): (0, 0) if path.is_dir() else (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in folder.rglob("*")
+    }
+
+
+def run(case: Case, tmp: Path, ck: Path, monkeypatch: pytest.MonkeyPatch, capsys, debug: bool = False, traj=None):
     for name, content in case.files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name).write_bytes(content)
     if case.setup is not None:
         case.setup(tmp, monkeypatch)
-    argv = [arg.format(tmp=tmp, ck=ck) for arg in case.argv]
+    argv = [arg.format(tmp=tmp, ck=ck, traj=traj) for arg in case.argv]
+    before = snapshot(tmp)
     code = cli.main(["--debug", *argv] if debug else argv)
+    assert snapshot(tmp) == before, "a refused command wrote or removed files"
     return code, capsys.readouterr().err
 
 
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1, whatever the environment running the tests says (huggingface_hub read it at import)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_is_one_line_naming_it(name, tmp_path, checkpoint, monkeypatch, capsys):
+def test_bad_input_is_one_line_naming_it(name, tmp_path, checkpoint, trajectories, monkeypatch, capsys):
     monkeypatch.delenv("HF_JACOBI_DEBUG", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # main() sets it when unset; keep that from leaking into other tests
+    offline(monkeypatch)
     case = CASES[name]
-    code, err = run(case, tmp_path, checkpoint, monkeypatch, capsys)
+    code, err = run(case, tmp_path, checkpoint, monkeypatch, capsys, traj=trajectories)
     assert code == 1
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, err
-    assert case.message.format(tmp=tmp_path) in lines[0]
+    assert case.message.format(tmp=tmp_path, ck=checkpoint) in lines[0]
 
 
 def test_a_failed_push_leaves_no_rendered_folder(tmp_path, checkpoint, monkeypatch, capsys):

@@ -8,12 +8,16 @@ decoding forwards and Jacobi reports its own count in `forward_passes`.
 Each command lives in its own module (parser and runner together); `common` holds what they share. A problem the
 user can fix ends the command with exit code 1 and one line on stderr naming the input and the fix; `--debug` (before
 the command) or `HF_JACOBI_DEBUG=1` adds the traceback.
+
+The user's environment decides how the Hub is used, as for transformers itself: a `--model` Hub id is downloaded into
+the Hugging Face cache (HF_HOME, HF_HUB_CACHE, HF_ENDPOINT), or read from the cache alone under HF_HUB_OFFLINE=1; no
+command changes those settings, nor seeds torch's global generator except with the `--seed` of a command that samples.
+The embedded model never needs the Hub.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -42,19 +46,6 @@ def build_parser(
     return parser
 
 
-def use_offline_hub() -> None:
-    """Nothing can be downloaded here, so default to offline mode instead of waiting on network timeouts.
-
-    huggingface_hub reads HF_HUB_OFFLINE once, when imported, and `import hf_jacobi` has already imported it, so its
-    constant is updated too.
-    """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if os.environ["HF_HUB_OFFLINE"].strip().upper() in {"1", "ON", "YES", "TRUE"}:
-        from huggingface_hub import constants as hub_constants
-
-        hub_constants.HF_HUB_OFFLINE = True
-
-
 def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     """Runs one subcommand and returns its exit code: 0 ok, 1 Jacobi differed from greedy or setup failed, 2 usage.
 
@@ -67,15 +58,11 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     if argv[:1] == ["--debug"]:  # the global flag, taken here so that the recipe steps see it too
         argv = argv[1:]
     if parser is None and argv and argv[0] in recipe.STEPS:  # parsed by TRL's parser, not argparse
-        use_offline_hub()
         return recipe.run_step(argv[0], argv[1:], debug=debug)
     args = (parser or build_parser()).parse_args(argv)
     args.argv = argv
-    if args.command != "push":  # the only subcommand that talks to the Hub
-        use_offline_hub()
     import torch
 
-    torch.manual_seed(0)
     try:
         with torch.inference_mode():
             return args.handler(args)

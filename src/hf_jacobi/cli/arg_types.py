@@ -42,8 +42,8 @@ def positive_float(value: str) -> float:
 
 
 def checkpoint_dir(value: str) -> Path:
-    """A local `save_pretrained` folder. Checked here because nothing can be downloaded, so a typo in the path would
-    otherwise surface as a confusing hub lookup error deep inside from_pretrained."""
+    """A local `save_pretrained` folder (for a flag that takes no Hub id: `model_name` takes both). Checked here, so
+    that a typo in the path does not surface as a confusing hub lookup error deep inside from_pretrained."""
     path = Path(value).expanduser()
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{value!r} does not exist (expected a local checkpoint folder)")
@@ -52,3 +52,16 @@ def checkpoint_dir(value: str) -> Path:
     if not (path / "config.json").is_file():
         raise argparse.ArgumentTypeError(f"{value!r} has no config.json (expected a save_pretrained folder)")
     return path
+
+
+def model_name(value: str) -> Path | str:
+    """A model to load: a local save_pretrained folder (returned as a Path) or a Hub model id (returned as a str, for
+    from_pretrained to download, or to read from the cache alone under HF_HUB_OFFLINE=1). A folder's config.json is
+    checked here, before anything loads; a Hub id only for its form, as the Hub alone knows whether it exists."""
+    from ..loading import model_name_problem
+
+    problem = model_name_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{value!r} {problem}")
+    path = Path(value).expanduser()
+    return path if path.exists() else value

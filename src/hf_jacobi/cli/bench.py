@@ -10,8 +10,8 @@ from pathlib import Path
 from ..atomic import staged_files
 from ..data.humaneval import MissingDataError
 from ..loading import DTYPES
-from .arg_types import checkpoint_dir, non_negative_int, positive_float, positive_int
-from .common import CliError, add_jacobi_forcing_argument, load_model, writable_output
+from .arg_types import model_name, non_negative_int, positive_float, positive_int
+from .common import MODEL_HELP, CliError, add_jacobi_forcing_argument, load_model, writable_output
 
 PARTIAL = "bench.partial.json"
 """What a running bench has measured so far, in --output-dir beside the finished files (see
@@ -143,9 +143,7 @@ def _add_model_and_setting_arguments(bench: argparse.ArgumentParser) -> None:
     from hf_jacobi.bench.common import VARIANTS
     from hf_jacobi.bench.settings import EAGER, JACOBI_PATHS
 
-    bench.add_argument(
-        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
-    )
+    bench.add_argument("--model", type=model_name, default=None, help=f"{MODEL_HELP} (default: embedded SmolLM2-135M)")
     add_jacobi_forcing_argument(bench)
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     bench.add_argument(

@@ -12,7 +12,7 @@ from ..atomic import check_writable
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES
 from ..loading import EMBEDDED, process_state
-from .recipe_args import PromptArguments, load_model_and_tokenizer
+from .recipe_args import PromptArguments, check_model_arguments, load_model_and_tokenizer
 
 
 @dataclass
@@ -47,6 +47,7 @@ class CollectArguments(PromptArguments):
 def run_collect(argv: list[str]) -> int:
     parser = TrlParser((CollectArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
+    check_model_arguments(model_args, adapter=args.adapter)
     source = PROMPT_SOURCES.get(args.prompts)
     if source is not None and source.evaluation_only:
         raise ValueError(
@@ -73,6 +74,7 @@ def run_collect(argv: list[str]) -> int:
             max_prompt_tokens=args.max_prompt_tokens,
             draft_seed=args.draft_seed,
             model_id=args.model_id(model_args),
+            adapter=args.adapter,
         )
     if state.is_main_process:
         collected = load_trajectories(output)

@@ -18,10 +18,10 @@ from ..atomic import OutputPathError, check_writable
 from ..chat import encode_chat
 from ..decoding.config import JacobiConfig
 from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
-from ..loading import DTYPES, EMBEDDED, eos_token_ids
+from ..loading import DTYPES, EMBEDDED, ModelLoadError, eos_token_ids
 from ..loading import load_model as _load_model
 from ..measurement import Decoded, decode
-from .arg_types import checkpoint_dir, non_negative_int, positive_int
+from .arg_types import model_name, non_negative_int, positive_int
 
 DEBUG_ENV = "HF_JACOBI_DEBUG"
 
@@ -30,8 +30,9 @@ class CliError(RuntimeError):
     """A problem the user can fix (a missing package, too many prompts): reported in one line, no traceback."""
 
 
-USER_ERRORS = (CliError, ModelNotAvailableError, OutputPathError)
-"""What `main` reports in one line; anything else is a bug and keeps its traceback."""
+USER_ERRORS = (CliError, ModelNotAvailableError, ModelLoadError, OutputPathError)
+"""What every command reports in one line (`main` for the argparse commands, `recipe.run_step` for the recipe steps):
+inputs the user can fix, a model that does not load among them. Anything else is a bug and keeps its traceback."""
 
 
 def debug_requested(argv: list[str]) -> bool:
@@ -56,6 +57,10 @@ def writable_output(path: Path, flag: str, folder: bool = True) -> Path:
         return check_writable(path, folder=folder, what=flag)
     except OutputPathError as error:
         raise CliError(str(error)) from error
+
+
+MODEL_HELP = "a local checkpoint folder or a Hub model id (downloaded unless HF_HUB_OFFLINE=1)"
+"""What a --model flag takes, for its help."""
 
 
 # --- shared helpers --------------------------------------------------------------------------------------------------
@@ -83,11 +88,16 @@ class LoadedModel:
 
 
 def load_model(
-    path: Path | None, dtype: str, jacobi_forcing: bool = False, adapter: Path | None = None
+    path: Path | str | None,
+    dtype: str,
+    jacobi_forcing: bool = False,
+    adapter: Path | None = None,
+    flag: str = "--model",
 ) -> LoadedModel:
     """The embedded SmolLM2-135M-Instruct (with the shipped Jacobi Forcing adapter merged when `jacobi_forcing`), or a
-    local checkpoint set up the same way (left padding, a pad token, Jacobi-enabled); `adapter` merges another PEFT
-    adapter (a `hf-jacobi train` run folder), so a candidate is timed exactly as the shipped one would be."""
+    local checkpoint or Hub model id set up the same way (left padding, a pad token, Jacobi-enabled); `adapter` merges
+    another PEFT adapter (a `hf-jacobi train` run folder), so a candidate is timed exactly as the shipped one would be.
+    A model that does not load is a `CliError` naming `flag`, the command-line option `path` came from."""
     if jacobi_forcing and path is not None:
         raise CliError("--jacobi-forcing applies the adapter shipped for the embedded model: drop --model, or drop it")
     if jacobi_forcing and adapter is not None:
@@ -99,7 +109,10 @@ def load_model(
         if missing:
             raise CliError(f"--adapter {adapter} is not a PEFT adapter folder (missing {missing})")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
+    try:
+        model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)
+    except ModelLoadError as error:
+        raise CliError(f"{flag} {error}") from error
     name = f"{DEFAULT_MODEL_NAME} (embedded)" if path is None else str(path)
     loaded = LoadedModel(model, tokenizer, name)
     if adapter is not None:
@@ -220,7 +233,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) ->
     """The model flags and the Jacobi settings; a Jacobi flag left out takes the model's generation config value (the
     shipped adapter's tuned one with --jacobi-forcing), else the library default."""
     parser.add_argument(
-        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+        "--model", type=model_name, default=None, help=f"{MODEL_HELP} (default: embedded SmolLM2-135M)"
     )
     add_jacobi_forcing_argument(parser)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")

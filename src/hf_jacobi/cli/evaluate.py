@@ -10,7 +10,13 @@ from trl import ModelConfig, TrlParser
 from ..adapters import apply_adapter
 from ..atomic import check_writable, write_text
 from ..data.prompts import encode_prompts
-from .recipe_args import PromptArguments, jacobi_variants, load_model_and_tokenizer
+from .recipe_args import (
+    PromptArguments,
+    check_model_arguments,
+    check_model_name,
+    jacobi_variants,
+    load_model_and_tokenizer,
+)
 
 
 @dataclass
@@ -40,6 +46,8 @@ def run_evaluate(argv: list[str]) -> int:
 
     parser = TrlParser((EvaluateArguments, ModelConfig))
     args, model_args = parser.parse_args_and_config(args=argv)
+    check_model_arguments(model_args, adapter=args.adapter)
+    check_model_name(args.trained_model, "--trained_model")
     settings = jacobi_variants(args.settings, args.block_size)
     if args.output_file:
         check_writable(args.output_file, folder=False, what="--output_file")
@@ -56,9 +64,12 @@ def run_evaluate(argv: list[str]) -> int:
     if args.adapter:
         trained = apply_adapter(model, args.adapter)
     elif args.trained_model:
-        trained, _ = load_model_and_tokenizer(
-            ModelConfig(model_name_or_path=args.trained_model, dtype=model_args.dtype)
+        trained_args = ModelConfig(
+            model_name_or_path=args.trained_model,
+            dtype=model_args.dtype,
+            attn_implementation=model_args.attn_implementation,
         )
+        trained, _ = load_model_and_tokenizer(trained_args, flag="--trained_model")
     if trained is not None:
         figures, _ = evaluate_model(trained, prompt_ids, settings, reference_answers=base_answers, **measure)
         results["trained"] = figures.to_dict()

@@ -43,7 +43,8 @@ def run_generate(args: argparse.Namespace) -> int:
         else {"do_sample": False}
     )
     settings = jacobi_config(args, model.generation_config)
-    torch.manual_seed(args.seed)
+    if args.sample:  # the only randomness here: greedy and Jacobi's own drafts leave torch's generator alone
+        torch.manual_seed(args.seed)
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     jacobi = loaded.decode(inputs, args.max_new_tokens, settings, streamer=streamer, **sampling)
     summary_line = summary("jacobi", jacobi.new_tokens[0], jacobi.forwards[0], jacobi.seconds)
@@ -68,5 +69,7 @@ def add_parser(commands) -> None:
     generate.add_argument("--temperature", type=positive_float, default=1.0, help="with --sample (default 1.0)")
     generate.add_argument("--top-p", type=probability, default=1.0, help="with --sample (default 1.0)")
     generate.add_argument("--top-k", type=non_negative_int, default=0, help="with --sample, 0 = off (default 0)")
-    generate.add_argument("--seed", type=int, default=0, help="torch seed, for reproducible sampling (default 0)")
+    generate.add_argument(
+        "--seed", type=int, default=0, help="torch seed of --sample, for reproducible sampling (default 0)"
+    )
     generate.set_defaults(handler=run_generate)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..atomic import write_text
 from ..loading import DTYPES
-from .arg_types import checkpoint_dir, positive_float, positive_int, probability
-from .common import CliError, load_model, writable_output
+from .arg_types import model_name, positive_float, positive_int, probability
+from .common import MODEL_HELP, CliError, load_model, writable_output
 
 
 def run_magpie_command(args: argparse.Namespace) -> int:
@@ -46,7 +46,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--num-prompts", type=positive_int, required=True, help="instructions to keep")
     parser.add_argument("--output", type=Path, required=True, help="the .jsonl prompt file to write")
     parser.add_argument(
-        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+        "--model", type=model_name, default=None, help=f"{MODEL_HELP} (default: embedded SmolLM2-135M)"
     )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="samples drawn together (default 8)")

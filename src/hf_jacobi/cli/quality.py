@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from ..atomic import write_text
-from .arg_types import checkpoint_dir, positive_int
-from .common import DTYPES, CliError, load_model, writable_output
+from .arg_types import model_name, positive_int
+from .common import DTYPES, MODEL_HELP, CliError, load_model, writable_output
 
 SHIPPED = "shipped"
 
@@ -256,7 +256,7 @@ def add_parser(commands) -> None:
         metavar="LABEL=FOLDER",
         help="PEFT adapter folders to compare with the base, each with a label (FOLDER 'shipped': the package's)",
     )
-    parser.add_argument("--model", type=checkpoint_dir, default=None, help="base checkpoint (default: embedded)")
+    parser.add_argument("--model", type=model_name, default=None, help=f"the base: {MODEL_HELP} (default: embedded)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="model dtype (default: float32)")
     parser.add_argument(
         "--sets", nargs="+", default=list(DEFAULT_SETS), help="held-out prompt sources answered (their test split)"

@@ -10,8 +10,7 @@ Each step's arguments and runner live in its own module (`collect`, `train`, `ev
 
 from __future__ import annotations
 
-from ..gguf_cache import ModelNotAvailableError
-from .common import report_error
+from .common import USER_ERRORS, report_error
 
 STEPS = {
     "collect": "record Jacobi trajectories over a prompt set (hf-jacobi collect --help)",
@@ -19,10 +18,15 @@ STEPS = {
     "evaluate": "tokens per forward before and after training (hf-jacobi evaluate --help)",
 }
 
+SETTING_ERRORS = (ValueError, FileNotFoundError)
+"""What the steps' settings are refused with besides `USER_ERRORS`: TRL's and transformers' argument dataclasses
+(`TrainingArguments`, `SFTConfig`) and the steps' own checks raise ValueError for a bad value, as the Hugging Face
+libraries do, and a recipe or data file that is not there is a FileNotFoundError."""
+
 
 def run_step(step: str, argv: list[str], debug: bool = False) -> int:
-    """Runs one step on its own arguments; a setting it refuses is reported in one line with exit code 1 (with the
-    traceback when `debug`)."""
+    """Runs one step on its own arguments; a setting it refuses or a model that does not load is reported in one line
+    with exit code 1, as the argparse commands report theirs (with the traceback when `debug`)."""
     # trl, datasets and peft are imported only when a step runs
     if step == "collect":
         from .collect import run_collect as handler
@@ -32,7 +36,7 @@ def run_step(step: str, argv: list[str], debug: bool = False) -> int:
         from .evaluate import run_evaluate as handler
     try:
         return handler(argv)
-    except (ValueError, FileNotFoundError, ModelNotAvailableError) as error:
+    except (*USER_ERRORS, *SETTING_ERRORS) as error:
         return report_error(error, debug)
 
 

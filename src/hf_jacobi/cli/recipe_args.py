@@ -9,13 +9,20 @@ accepted. All three run under `accelerate launch` as well as alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
 from trl import ModelConfig
 
 from ..data.prompts import load_prompts
-from ..loading import EMBEDDED, load_model
+from ..decoding.checks import SUPPORTED_ATTENTION
+from ..loading import EMBEDDED, ModelLoadError, load_model, model_name_problem
+from .common import CliError
+
+TRAINING_ATTENTION = (*SUPPORTED_ATTENTION, "flex_attention")
+"""Attention implementations that take the Jacobi Forcing training masks (`training.masks.NoiseAwareMask`); the
+steps that decode take `SUPPORTED_ATTENTION`, those that express the 4D masks of Jacobi decoding."""
 
 
 @dataclass
@@ -47,16 +54,57 @@ class PromptArguments:
         return prompts.select(range(self.skip_prompts, len(prompts)))
 
 
-def load_model_and_tokenizer(model_args: ModelConfig, *, device=None, eval_mode: bool = True):
-    """The model a recipe names (`embedded` or a local folder / hub id) with the dtype and attention it asks for;
-    without `--model_name_or_path`, the embedded model, as `hf-jacobi generate` does."""
-    return load_model(
-        model_args.model_name_or_path or EMBEDDED,
-        dtype=model_args.dtype or "float32",
-        device=device,
-        attn_implementation=model_args.attn_implementation or "sdpa",
-        eval_mode=eval_mode,
-    )
+def check_model_name(name: str | None, flag: str) -> None:
+    """Refuses a model name that is neither a checkpoint folder nor a Hub id, naming `flag`, before anything runs."""
+    problem = None if name is None else model_name_problem(name)
+    if problem is not None:
+        raise CliError(f"{flag} {name!r} {problem}")
+
+
+def check_attention(attn_implementation: str, accepted: Sequence[str]) -> None:
+    """Refuses an attention implementation that cannot take the step's 4D masks (flash attention among them, installed
+    or not), before the model loads."""
+    if attn_implementation not in accepted:
+        raise CliError(
+            f"--attn_implementation {attn_implementation!r} cannot take the 4D attention masks this step builds; "
+            f"accepted: {', '.join(accepted)}"
+        )
+
+
+def check_model_arguments(
+    model_args: ModelConfig, *, eval_mode: bool = True, adapter: str | None = None, flag: str = "--model_name_or_path"
+) -> None:
+    """The model flags' checks that need no download, run before a step reads its prompts or data: the attention
+    implementation (a model loaded to decode, `eval_mode`, takes `SUPPORTED_ATTENTION`, one loaded to train
+    `TRAINING_ATTENTION`), the form of the model name and the `--adapter` folder."""
+    check_attention(model_args.attn_implementation or "sdpa", SUPPORTED_ATTENTION if eval_mode else TRAINING_ATTENTION)
+    check_model_name(model_args.model_name_or_path, flag)
+    if adapter is not None:
+        from ..adapters import missing_adapter_files
+
+        missing = missing_adapter_files(adapter)
+        if missing:
+            raise CliError(f"--adapter {adapter!r} is not a PEFT adapter folder (missing {missing})")
+
+
+def load_model_and_tokenizer(
+    model_args: ModelConfig, *, device=None, eval_mode: bool = True, flag: str = "--model_name_or_path"
+):
+    """The model a recipe names (`embedded`, a local folder or a Hub id, at `--model_revision`) with the dtype and
+    attention it asks for; without `--model_name_or_path`, the embedded model, as `hf-jacobi generate` does. A name,
+    attention (see `check_model_arguments`) or download that fails is a one-line `CliError` naming `flag`."""
+    check_model_arguments(model_args, eval_mode=eval_mode, flag=flag)
+    try:
+        return load_model(
+            model_args.model_name_or_path or EMBEDDED,
+            dtype=model_args.dtype or "float32",
+            device=device,
+            attn_implementation=model_args.attn_implementation or "sdpa",
+            eval_mode=eval_mode,
+            revision=model_args.model_revision,
+        )
+    except ModelLoadError as error:
+        raise CliError(f"{flag} {error}") from error
 
 
 def jacobi_variants(names: list[str], block_size: int) -> dict:

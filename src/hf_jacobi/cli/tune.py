@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..atomic import staged_files
 from ..loading import DTYPES
-from .arg_types import checkpoint_dir, non_negative_int, optional_positive_int, positive_int
+from .arg_types import model_name, non_negative_int, optional_positive_int, positive_int
 from .common import (
     CliError,
     add_jacobi_forcing_argument,
@@ -78,6 +78,11 @@ def run_tune_command(args: argparse.Namespace) -> int:
             "the embedded model's cache is checksummed and must not be edited: give --output-dir for its tuned "
             "generation_config.json, or tune a local --model folder"
         )
+    if isinstance(args.model, str) and args.output_dir is None:  # a Hub id (see arg_types.model_name)
+        raise CliError(
+            f"--model {args.model!r} is a Hub id, not a folder to write the tuned settings into: give --output-dir "
+            "for its tuned generation_config.json, or tune a local --model folder"
+        )
     target = writable_output(*((args.output_dir, "--output-dir") if args.output_dir else (args.model, "--model")))
     try:
         candidates = tune.candidate_grid(
@@ -115,7 +120,12 @@ def add_parser(commands) -> None:
     from hf_jacobi.bench.tune import DEFAULT_BLOCK_SIZES, DEFAULT_NUM_BLOCKS, DEFAULT_POOL_SIZES
 
     tune = commands.add_parser("tune", help="measure this hardware and write the fastest Jacobi settings (or greedy)")
-    tune.add_argument("--model", type=checkpoint_dir, default=None, help="local checkpoint folder (written in place)")
+    tune.add_argument(
+        "--model",
+        type=model_name,
+        default=None,
+        help="a local checkpoint folder (written in place) or a Hub model id (with --output-dir)",
+    )
     tune.add_argument(
         "--output-dir", type=Path, default=None, help="write generation_config.json here instead of into --model"
     )

@@ -30,7 +30,8 @@ def write_merged_model(
     adapter: str | os.PathLike[str] | None = JACOBI_FORCING_WEIGHTS,
     dtype: str = "float32",
 ) -> Path:
-    """Writes `model` (the embedded model, or a local save_pretrained folder) with `adapter` merged into `target`.
+    """Writes `model` (the embedded model, a local save_pretrained folder or a Hub id) with `adapter` merged into
+    `target`.
 
     Args:
         adapter: a PEFT adapter folder; the shipped Jacobi Forcing adapter by default; None saves the model as it is.
@@ -59,14 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         description="Write a model with a Jacobi Forcing adapter merged in, for vLLM and other engines.",
     )
     parser.add_argument("output_dir", type=Path, help="a new folder for the merged model")
-    parser.add_argument("--model", default=EMBEDDED, help="'embedded' (default) or a local save_pretrained folder")
+    parser.add_argument(
+        "--model", default=EMBEDDED, help="'embedded' (default), a local save_pretrained folder or a Hub model id"
+    )
     parser.add_argument(
         "--adapter", type=Path, default=None, help="a PEFT adapter folder (default: the shipped one, embedded model)"
     )
     parser.add_argument("--no-adapter", action="store_true", help="save the model without merging any adapter")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     adapter = None if args.no_adapter else args.adapter
     if adapter is None and not args.no_adapter:
         if not is_embedded(args.model):
