@@ -360,3 +360,21 @@ def test_the_proposers_options_travel_in_the_folders_generation_config_and_the_e
         (tmp_path / "generation_config.json").write_text(json.dumps({**config, key: bad}))
         with pytest.raises(ValueError, match=rf"generation_config.json {key}={bad!r} {message}"):
             speculative_config(7, model=tmp_path)
+
+
+def test_the_merged_folder_carries_the_proposers_options_and_refuses_a_bad_one_before_loading(tmp_path):
+    from hf_jacobi.integrations.merged import write_merged_model
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    model = tmp_path / "tiny-llama"
+    tiny_model("llama").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    folder = write_merged_model(
+        tmp_path / "merged", model=model, adapter=None, vllm_drafts="plain", vllm_verify_cost=0
+    )
+    config = json.loads((folder / "generation_config.json").read_text())
+    assert (config["jacobi_vllm_drafts"], config["jacobi_vllm_verify_cost"]) == ("plain", 0)
+    assert (draft_mode(config), verify_cost(config)) == ("plain", 0)
+    with pytest.raises(ValueError, match=r"generation_config.json jacobi_vllm_drafts='tree' is not a draft mode"):
+        write_merged_model(tmp_path / "refused", model=tmp_path / "missing", adapter=None, vllm_drafts="tree")
+    assert not (tmp_path / "refused").exists()

@@ -29,6 +29,9 @@ def write_merged_model(
     model: str | os.PathLike[str] = EMBEDDED,
     adapter: str | os.PathLike[str] | None = JACOBI_FORCING_WEIGHTS,
     dtype: str = "float32",
+    *,
+    vllm_drafts: str | None = None,
+    vllm_verify_cost: float | None = None,
 ) -> Path:
     """Writes `model` (the embedded model, a local save_pretrained folder or a Hub id) with `adapter` merged into
     `target`.
@@ -36,9 +39,16 @@ def write_merged_model(
     Args:
         adapter: a PEFT adapter folder; the shipped Jacobi Forcing adapter by default; None saves the model as it is.
         dtype: the dtype of the saved weights (float32 keeps vLLM's greedy equal to transformers' float32 greedy).
+        vllm_drafts: `JacobiProposer`'s draft mode, written as `jacobi_vllm_drafts` (None: the proposer's default).
+        vllm_verify_cost: its verify cost c, written as `jacobi_vllm_verify_cost` (None: the proposer's default).
 
     Returns the folder. A `target` that exists and is not empty is refused, so a typo cannot overwrite a model.
     """
+    from .vllm import DRAFT_MODE_KEY, VERIFY_COST_KEY, draft_mode, verify_cost
+
+    options = {DRAFT_MODE_KEY: vllm_drafts, VERIFY_COST_KEY: vllm_verify_cost}
+    options = {key: value for key, value in options.items() if value is not None}
+    draft_mode(options), verify_cost(options)  # refused by name before any model is loaded
     target = Path(target)
     loaded, tokenizer = load_model(model, dtype=dtype)
     if adapter is not None:
@@ -48,6 +58,8 @@ def write_merged_model(
         loaded.generation_config = jacobi_generation_config(
             loaded.generation_config, JacobiConfig.from_generation_config(loaded.generation_config)
         )
+    for key, value in options.items():
+        setattr(loaded.generation_config, key, value)
     with atomic_folder(target) as staging:
         loaded.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -68,13 +80,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-adapter", action="store_true", help="save the model without merging any adapter")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument(
+        "--vllm-drafts", default=None, help="the proposer's draft mode: lookup (default), fill or plain"
+    )
+    parser.add_argument("--vllm-verify-cost", type=float, default=None, help="its verify cost c (0: whole chains)")
     args = parser.parse_args(argv)
     adapter = None if args.no_adapter else args.adapter
     if adapter is None and not args.no_adapter:
         if not is_embedded(args.model):
             parser.error("--adapter is required for a model other than the embedded one (or pass --no-adapter)")
         adapter = JACOBI_FORCING_WEIGHTS
-    folder = write_merged_model(args.output_dir, args.model, adapter, args.dtype)
+    options = {"vllm_drafts": args.vllm_drafts, "vllm_verify_cost": args.vllm_verify_cost}
+    try:
+        folder = write_merged_model(args.output_dir, args.model, adapter, args.dtype, **options)
+    except ValueError as error:
+        parser.error(str(error))
     print(f"wrote {folder}; serve it with:")
     print(
         f"  vllm serve {folder} --dtype {args.dtype} --enforce-eager --speculative-config '{serving_config(folder)}'"
