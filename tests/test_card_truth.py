@@ -12,8 +12,9 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
+from hf_jacobi.card import CardInfo, render_model_card
+from hf_jacobi.checkpoint import read_training_record
 from hf_jacobi.cli import main
-from hf_jacobi.hub.card import CardInfo, render_model_card
 from hf_jacobi.hub.export import jacobi_forcing_record
 from hf_jacobi.hub.push import publish_checkpoint
 from test_training import config
@@ -83,7 +84,9 @@ def test_an_untrained_checkpoint_is_published_as_its_base_with_jacobi_decoding_s
 
 
 def test_the_output_of_a_real_training_run_is_claimed(trained, tmp_path):
-    assert jacobi_forcing_record(trained) == "training_args.bin (JacobiForcingConfig), 1 optimizer steps"
+    assert jacobi_forcing_record(trained) == "jacobi_forcing_training.json, 1 optimizer steps"
+    record = read_training_record(trained)
+    assert (record["method"], record["global_step"], record["trained_block_size"]) == ("Jacobi Forcing", 1, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a named base and a record: nothing to warn about
         card = push(trained, tmp_path / "out", "--base-model", "org/base", "--training-data", "2 tiny trajectories")
@@ -120,3 +123,40 @@ def test_the_trainers_own_card_still_claims_its_training():
     assert f"[org/base](https://huggingface.co/org/base) {CLAIM}" in card and "lr 1e-3" in card
     untrained_card = str(render_model_card(CardInfo(repo_id=REPO, base_model="org/base", trained=False)))
     assert CLAIM not in untrained_card and "with **Jacobi decoding** settings" in untrained_card
+
+
+def test_the_save_path_completes_the_folder_and_the_card_hook_only_renders_the_card(tmp_path):
+    """JacobiForcingTrainer's saves write the generation config, custom_generate/ and the training record; its card
+    hook writes README.md and changes nothing else; an adapter exported as package data keeps the record."""
+    from hf_jacobi import JacobiForcingTrainer, load_trajectories
+    from hf_jacobi.adapters import export_adapter
+    from hf_jacobi.decoding.config import JacobiConfig
+
+    root = tmp_path
+    source = untrained(root / "model")
+    with open(root / "prompts.jsonl", "w") as f:
+        f.write(json.dumps({"id": "p0", "prompt": "t3 t6 t9 t12 t15"}) + "\n")
+    collect = ["collect", "--model_name_or_path", str(source), "--prompts", str(root / "prompts.jsonl")]
+    assert main([*collect, "--block_size", "4", "--max_new_tokens", "8", "--output_dir", str(root / "traj")]) == 0
+    from peft import LoraConfig
+
+    trainer = JacobiForcingTrainer(
+        str(source),
+        args=config(root / "run", max_steps=1, noise_window=4),
+        train_dataset=load_trajectories(root / "traj"),
+        peft_config=LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"),
+    )
+    trainer.train()
+    trainer.save_model(str(root / "saved"))
+    saved = root / "saved"
+    assert json.loads((saved / "generation_config.json").read_text())["decoding"] == "jacobi"
+    assert (saved / "custom_generate" / "generate.py").is_file()
+    assert CLAIM not in (saved / "README.md").read_text()  # peft's own stub card; hf_jacobi's is the card hook's
+    assert read_training_record(saved)["global_step"] == 1
+    before = {path: path.read_bytes() for path in (root / "run").rglob("*") if path.is_file()}
+    trainer.create_model_card(model_name="tiny")
+    after = {path: path.read_bytes() for path in (root / "run").rglob("*") if path.is_file()}
+    assert set(after) - set(before) == {root / "run" / "README.md"}
+    assert all(after[path] == content for path, content in before.items())
+    exported = export_adapter(saved, root / "exported", JacobiConfig(block_size=4), base_model="org/base")
+    assert jacobi_forcing_record(exported) == "jacobi_forcing_training.json, 1 optimizer steps"

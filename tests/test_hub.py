@@ -15,16 +15,12 @@ import pytest
 from transformers import GenerationConfig
 
 from hf_jacobi import JacobiConfig, JacobiForcingTrainer
+from hf_jacobi.bench_results import BenchResults
+from hf_jacobi.card import CardInfo, render_model_card
+from hf_jacobi.checkpoint import CUSTOM_GENERATE_DIR, decoding_sources, jacobi_generation_config
 from hf_jacobi.cli import main
-from hf_jacobi.hub.card import CardInfo, render_model_card
-from hf_jacobi.hub.export import (
-    CUSTOM_GENERATE_DIR,
-    decoding_sources,
-    jacobi_generation_config,
-    prepare_publish_folder,
-)
+from hf_jacobi.hub.export import prepare_publish_folder
 from hf_jacobi.hub.push import publish_checkpoint
-from hf_jacobi.hub.results import BenchResults
 from tiny_models import fresh_tiny_model, tiny_model, tiny_tokenizer
 
 REPO = "acme/tiny-jacobi"
@@ -369,7 +365,7 @@ def test_trainer_push_to_hub_publishes_adapter_card_and_custom_generate(tmp_path
 
 def test_card_template_is_found_in_a_source_checkout_that_was_not_installed(monkeypatch):
     """With PYTHONPATH=src (no install) the template package is not mapped; a training run then saved no checkpoint."""
-    from hf_jacobi.hub import card
+    from hf_jacobi import card
 
     installed = card.template_text()
 

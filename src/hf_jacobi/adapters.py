@@ -61,6 +61,7 @@ def export_adapter(
     from transformers import GenerationConfig
 
     from .atomic import atomic_folder
+    from .checkpoint import TRAINING_RECORD
 
     adapter = Path(adapter)
     missing = missing_adapter_files(adapter)
@@ -83,4 +84,6 @@ def export_adapter(
             config["target_modules"] = sorted(config["target_modules"])
         (staging / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         jacobi.write_to(GenerationConfig()).save_pretrained(staging)
+        if (adapter / TRAINING_RECORD).is_file():  # the evidence a card's claim of training rests on goes along
+            shutil.copyfile(adapter / TRAINING_RECORD, staging / TRAINING_RECORD)
     return target

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from ..atomic import write_text
+from ..bench_results import markdown_table
 from ..figures import save_figure
-from ..hub.results import markdown_table
 from .runner import BenchRun
 from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC
 

@@ -20,8 +20,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
+from ..checkpoint import TUNE_REPORT
 from ..decoding.config import AUTO_CACHE, JacobiConfig
-from ..hub.export import TUNE_REPORT
 from ..loading import eos_token_ids
 from ..measurement import decode
 from .roofline import DEFAULT_WIDTHS, interpolate_cost, measure_roofline, prefill_seconds, roofline_knee

@@ -18,7 +18,7 @@ from .common import CliError, writable_output
 
 def run_export_command(args: argparse.Namespace) -> int:
     from ..adapters import JACOBI_FORCING_WEIGHTS, export_adapter
-    from ..hub.export import base_generation_config
+    from ..checkpoint import base_generation_config
 
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
     writable_output(target, "--output-dir", folder=True)

@@ -10,8 +10,8 @@ from .common import CliError
 
 
 def run_push_command(args: argparse.Namespace) -> int:
+    from ..checkpoint import base_generation_config
     from ..decoding.config import JacobiConfig
-    from ..hub.export import base_generation_config
     from ..hub.push import publish_checkpoint
 
     try:

@@ -1,13 +1,9 @@
-"""Turning a saved checkpoint into a publishable folder: Jacobi defaults, the model card and `custom_generate/`.
-
-`custom_generate/` holds the files of `hf_jacobi.decoding` copied verbatim (its `generate.py` doubles as the Hub
-entry point), so a user with only transformers runs the very loop this library runs and tests; there is no second
-implementation to drift. The decoding package imports nothing outside itself for that reason.
+"""Turning a saved checkpoint into a publishable folder: the completed checkpoint (`hf_jacobi.checkpoint`), the model
+card, and whether the card may say the weights were trained with Jacobi Forcing.
 """
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import json
 import logging
@@ -16,21 +12,12 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from transformers import GenerationConfig
-
-from ..decoding import generate as decoding_entry
+from ..card import CardInfo, render_model_card, tuning_note
+from ..checkpoint import CUSTOM_GENERATE_DIR, TRAINING_RECORD, complete_checkpoint, read_training_record
 from ..decoding.config import JacobiConfig
-from .card import CardInfo, render_model_card
 from .upload import UPLOAD_IGNORE_PATTERNS, checkpoint_folder
 
 logger = logging.getLogger(__name__)
-
-CUSTOM_GENERATE_DIR = "custom_generate"
-CUSTOM_GENERATE_REQUIREMENTS = ("torch>=2.4", "transformers>=5.17")
-"""What transformers checks (custom_generate/requirements.txt) before it runs the exported loop."""
-
-TUNE_REPORT = "jacobi_tune.json"
-"""Written by `hf-jacobi tune` beside the generation config; the card quotes it to say how defaults were chosen."""
 
 TRAINING_ARGS = "training_args.bin"
 """What a Trainer's `save_model` writes beside the weights: its arguments, pickled by torch.save."""
@@ -44,68 +31,6 @@ PUBLISH_IGNORE_PATTERNS = (
     CUSTOM_GENERATE_DIR,
 )
 """Training leftovers that do not belong in a published model, plus what the export rewrites itself."""
-
-
-def decoding_sources() -> list[Path]:
-    """The modules of `hf_jacobi.decoding` that make up the loop (its package `__init__` is not needed)."""
-    folder = Path(decoding_entry.__file__).parent
-    return sorted(path for path in folder.glob("*.py") if path.name != "__init__.py")
-
-
-def export_custom_generate(folder: str | Path) -> Path:
-    """Writes `folder/custom_generate/` (replacing an older one) and returns it."""
-    target = Path(folder) / CUSTOM_GENERATE_DIR
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for source in decoding_sources():
-        shutil.copyfile(source, target / source.name)
-    (target / "requirements.txt").write_text("\n".join(CUSTOM_GENERATE_REQUIREMENTS) + "\n", encoding="utf-8")
-    return target
-
-
-def base_generation_config(folder: str | Path) -> GenerationConfig | None:
-    """The generation config a checkpoint folder carries, else the one its config.json implies, else None.
-
-    Its `decoding` and `jacobi_*` keys are always kept: transformers drops the attributes it does not know from a file
-    marked `_from_model_config` (what `save_pretrained` writes for a model whose generation config came from its
-    config.json and whose Jacobi settings were then set by hand), and those are the checkpoint's own defaults.
-    """
-    folder = Path(folder)
-    path = folder / "generation_config.json"
-    if path.is_file():
-        config = GenerationConfig.from_pretrained(folder)
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        for key in ("decoding", *JacobiConfig.setting_names()):
-            if key in saved and not hasattr(config, key):
-                setattr(config, key, saved[key])
-        return config
-    if (folder / "config.json").is_file():
-        return GenerationConfig.from_pretrained(folder, config_file_name="config.json", _from_model_config=True)
-    return None
-
-
-def jacobi_generation_config(base: GenerationConfig | None, jacobi: JacobiConfig) -> GenerationConfig:
-    """A copy of `base` (the caller's stays as it is) that decodes with Jacobi and `jacobi`'s settings by default.
-
-    Every setting is written out, so that the file, and the card quoting it, say exactly how the checkpoint decodes.
-    """
-    config = copy.deepcopy(base) if base is not None else GenerationConfig()
-    jacobi.write_to(config)
-    config._from_model_config = False  # a file marked as derived from config.json may be regenerated on load
-    return config
-
-
-def tuning_note(folder: Path) -> str:
-    """One sentence on where the defaults came from, from the tune report when there is one."""
-    path = folder / TUNE_REPORT
-    if not path.is_file():
-        return "These defaults were not tuned for particular hardware (`hf-jacobi tune` measures and picks them)."
-    report = json.loads(path.read_text(encoding="utf-8"))
-    choice = report.get("choice", {})
-    speedup = choice.get("predicted_speedup")
-    said = f", predicted {speedup:.2f}x greedy tokens/s there" if isinstance(speedup, (int, float)) else ""
-    return f"Chosen by `hf-jacobi tune` on {report.get('hardware', 'unrecorded hardware')}{said}; see `{TUNE_REPORT}`."
 
 
 def prepare_publish_folder(
@@ -122,14 +47,11 @@ def prepare_publish_folder(
     bench plot). Returns the Jacobi settings written.
     """
     folder = checkpoint_folder(folder)
-    base = base_generation_config(folder)
-    settings = jacobi or JacobiConfig.from_generation_config(base)
-    jacobi_generation_config(base, settings).save_pretrained(folder)
+    settings = complete_checkpoint(folder, jacobi)
     card.jacobi = settings
     if not card.tuning_note:
         card.tuning_note = tuning_note(folder)
     render_model_card(card, template).save(folder / "README.md")
-    export_custom_generate(folder)
     for path in extra_files or []:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{str(path)!r} does not exist (asked to publish it beside the checkpoint)")
@@ -140,17 +62,24 @@ def prepare_publish_folder(
 def jacobi_forcing_record(folder: str | Path) -> str | None:
     """The record that `folder`'s weights come out of Jacobi Forcing training, or None when it carries none.
 
-    A JacobiForcingTrainer saving these weights (`save_model`, each `checkpoint-N/`) writes beside them its arguments,
-    a `JacobiForcingConfig`, as `training_args.bin`: that file is the record, and only at the top of the folder (a
-    `checkpoint-N/` inside records its own weights, not these). The pickle is read for the class it names and never
-    loaded (loading runs code from the file). A `trainer_state.json` beside it that counts no optimizer step vetoes
-    the claim: such a run trained nothing. Weights without the file (an adapter exported as package data, a model
-    tuned but never trained) are not claimed to be trained, whatever they are.
+    A JacobiForcingTrainer saving these weights (`save_model`, each `checkpoint-N/`) writes beside them its training
+    record (`checkpoint.TRAINING_RECORD`, with its optimizer steps; `export-weights` carries it along). Folders saved
+    before that record existed are recognised by their arguments, a `JacobiForcingConfig` pickled as
+    `training_args.bin`, read for the class it names and never loaded (loading runs code from the file), with a
+    `trainer_state.json` beside it that counts no optimizer step vetoing the claim. Only the top of the folder counts (a
+    `checkpoint-N/` inside records its own weights, not these). Weights with neither (a model tuned but never trained)
+    are not claimed to be trained, whatever they are.
 
     Returns:
-        One line naming the evidence, e.g. "training_args.bin (JacobiForcingConfig), 3 optimizer steps", or None.
+        One line naming the evidence, e.g. "jacobi_forcing_training.json, 3 optimizer steps", or None.
     """
     folder = Path(folder)
+    record = read_training_record(folder)
+    if record is not None:
+        steps = record.get("global_step")
+        if not isinstance(steps, int) or steps <= 0:
+            return None
+        return f"{TRAINING_RECORD}, {steps} optimizer steps"
     args = folder / TRAINING_ARGS
     if not args.is_file() or JACOBI_FORCING_ARGS not in _pickled_classes(args):
         return None

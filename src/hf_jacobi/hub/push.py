@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_folder, check_writable
+from ..bench_results import BenchResults
+from ..card import CardInfo, fenced_files
+from ..checkpoint import TRAINING_RECORD
 from ..decoding.config import JacobiConfig
-from .card import CardInfo, fenced_files
-from .export import TRAINING_ARGS, jacobi_forcing_record, prepare_publish_folder, stage_checkpoint
-from .results import BenchResults
+from .export import jacobi_forcing_record, prepare_publish_folder, stage_checkpoint
 from .upload import checkpoint_folder, upload_checkpoint
 
 
@@ -82,8 +83,8 @@ def _trained(source: Path, describes_training: bool) -> bool:
     record = jacobi_forcing_record(source)
     if record is None and describes_training:
         warnings.warn(
-            f"{str(source)!r} carries no record of Jacobi Forcing training (a {TRAINING_ARGS} written by "
-            "JacobiForcingTrainer): the card presents it with Jacobi decoding settings and leaves out the training "
+            f"{str(source)!r} carries no record of Jacobi Forcing training (the {TRAINING_RECORD} "
+            "JacobiForcingTrainer writes): the card presents it with Jacobi decoding settings and leaves out the training "
             "data and datasets given",
             UserWarning,
             stacklevel=4,

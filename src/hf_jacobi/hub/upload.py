@@ -19,11 +19,12 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..checkpoint import is_checkpoint_folder
+
 __all__ = [
     "UPLOAD_IGNORE_PATTERNS",
     "HubUploadError",
     "checkpoint_folder",
-    "is_checkpoint_folder",
     "upload_checkpoint",
 ]
 
@@ -56,14 +57,6 @@ UPLOAD_IGNORE_PATTERNS: list[str] = [
     "heldout_reference.json",  # the held-out callback's reference answers, kept so that a resumed run can score them
     ".cache/*",  # local caches (e.g. huggingface_hub's upload metadata)
 ]
-
-# A folder written by `save_pretrained` of a transformers model has config.json; one written by a PEFT model has
-# adapter_config.json. Either is enough for `from_pretrained` to load it back.
-_MODEL_MARKERS = ("config.json", "adapter_config.json")
-
-
-def is_checkpoint_folder(folder: str | os.PathLike) -> bool:
-    return any((Path(folder).expanduser() / marker).is_file() for marker in _MODEL_MARKERS)
 
 
 def checkpoint_folder(folder: str | os.PathLike) -> Path:

@@ -3,7 +3,7 @@
 Engines such as vLLM load safetensors weights, not a PEFT adapter over the embedded GGUF, so the adapter is merged
 (`adapters.apply_adapter`, the same merge `load_default_model(jacobi_forcing=True)` does) and the result saved with
 its tokenizer. The generation config keeps the base's own defaults and gains the adapter's `jacobi_*` settings with
-`decoding="jacobi"`, as a published checkpoint carries them (`hub.export.jacobi_generation_config`): that is where
+`decoding="jacobi"`, as a published checkpoint carries them (`checkpoint.jacobi_generation_config`): that is where
 `JacobiProposer` reads its block size.
 
     python -m hf_jacobi.integrations.merged OUTPUT_DIR            # the embedded model with the shipped adapter
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..adapters import JACOBI_FORCING_WEIGHTS, apply_adapter
 from ..atomic import atomic_folder
+from ..checkpoint import jacobi_generation_config
 from ..decoding.config import JacobiConfig
-from ..hub.export import jacobi_generation_config
 from ..loading import EMBEDDED, is_embedded, load_model
 
 

@@ -22,10 +22,9 @@ from transformers import AutoTokenizer, TrainerCallback
 from trl import SFTTrainer
 from trl.trainer.utils import get_config_model_id
 
+from ..card import CITATION, CardInfo, render_model_card, tuning_note
+from ..checkpoint import base_generation_config, complete_checkpoint, write_training_record
 from ..decoding.config import JacobiConfig
-from ..hub.card import CITATION, CardInfo, render_model_card
-from ..hub.export import base_generation_config, prepare_publish_folder
-from ..hub.upload import is_checkpoint_folder
 from .adapter_switch import AdapterSwitch
 from .collator import CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
@@ -33,6 +32,7 @@ from .dataset import CollatorEpoch, pad_token_id, training_datasets
 from .frozen_base import prepare_frozen_base
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
+from .run_record import recipe_markdown, training_record
 from .stopping import StopAfterSteps
 
 
@@ -224,6 +224,28 @@ class JacobiForcingTrainer(SFTTrainer):
         with self._adapter_switch[1].off() as base:
             yield base
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Saves the weights as Trainer does, then completes the folder (each `checkpoint-N/` and the final save):
+        generation_config.json with `decoding="jacobi"` at the trained block size, `custom_generate/` for users
+        without hf_jacobi, and the training record a card's claim of training rests on."""
+        super()._save(output_dir, state_dict)
+        if not self.args.should_save:
+            return
+        folder = Path(output_dir if output_dir is not None else self.args.output_dir)
+        complete_checkpoint(folder, self._jacobi_settings(folder))
+        write_training_record(folder, training_record(self))
+
+    def _jacobi_settings(self, folder: Path) -> JacobiConfig:
+        """The Jacobi defaults of a saved folder: settings it already carries (e.g. tuned ones from an earlier round)
+        stay; the block size is the one it was trained at."""
+        return JacobiConfig.from_generation_config(base_generation_config(folder), block_size=self._trained_block_size)
+
+    def _base_model_name(self) -> str | None:
+        peft_config = getattr(self.model, "peft_config", None)
+        if peft_config:
+            return next(iter(peft_config.values())).base_model_name_or_path
+        return getattr(self.model.config, "_name_or_path", None) or None
+
     def create_model_card(
         self,
         model_name: str | None = None,
@@ -231,60 +253,23 @@ class JacobiForcingTrainer(SFTTrainer):
         tags: str | list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Writes hf_jacobi's model card instead of TRL's, and completes `output_dir` for publishing.
-
-        `push_to_hub` calls this between saving and uploading, so the upload carries a generation_config.json with
-        `decoding="jacobi"` and the block size the model was trained at, and `custom_generate/` for users without
-        hf_jacobi.
-        """
+        """Writes hf_jacobi's model card (README.md in `output_dir`) instead of TRL's, and nothing else: the folder's
+        generation config, `custom_generate/` and training record are written where the weights are saved (`_save`)."""
         if not self.is_world_process_zero():
             return
-        peft_config = getattr(self.model, "peft_config", None)
-        if peft_config:
-            base_model = next(iter(peft_config.values())).base_model_name_or_path
-        else:
-            base_model = getattr(self.model.config, "_name_or_path", None) or None
         output_dir = Path(self.args.output_dir)
         card = CardInfo(
             repo_id=self.hub_model_id or self.args.hub_model_id or model_name or output_dir.name,
-            base_model=base_model,
-            adapter=bool(peft_config),
+            base_model=self._base_model_name(),
+            adapter=bool(getattr(self.model, "peft_config", None)),
             datasets=[dataset_name] if dataset_name else [],
             training_data=(
                 f"{len(self.train_dataset)} Jacobi trajectories of the base model's own greedy outputs "
                 f"(block size n={self._trained_block_size}), collected with `hf-jacobi collect`"
             ),
-            recipe=self._recipe_markdown(),
+            recipe=recipe_markdown(self.args, self.model),
+            jacobi=self._jacobi_settings(output_dir),
+            tuning_note=tuning_note(output_dir),
         )
-        # Settings the saved model already carries (e.g. tuned ones from an earlier round) stay; the block size is the
-        # one it was trained at.
-        jacobi = JacobiConfig.from_generation_config(
-            base_generation_config(output_dir), block_size=self._trained_block_size
-        )
-        if is_checkpoint_folder(output_dir):
-            prepare_publish_folder(output_dir, card, jacobi)
-        else:  # a checkpoint save: the weights are in checkpoint-*/, only the card goes at the top
-            output_dir.mkdir(parents=True, exist_ok=True)
-            card.jacobi = jacobi
-            render_model_card(card).save(output_dir / "README.md")
-
-    def _recipe_markdown(self) -> str:
-        """The settings that define this run, as the card's recipe section."""
-        args = self.args
-        lines = [
-            f"noise schedule `{args.noise_schedule}` (window {args.noise_window}), AR loss weight {args.ar_loss_weight}, "
-            f"consistency normalized per {args.consistency_normalization}"
-            + (f", KL to the base model weight {args.base_kl_weight}" if args.base_kl_weight > 0 else ""),
-            f"learning rate {args.learning_rate} ({args.lr_scheduler_type}, warmup ratio {args.warmup_ratio}), "
-            f"{args.num_train_epochs} epochs, batch {args.per_device_train_batch_size} x "
-            f"{args.gradient_accumulation_steps} accumulation x {args.world_size} processes, max length {args.max_length}"
-            + (f", stopped after step {args.stop_after_steps}" if args.stop_after_steps is not None else ""),
-        ]
-        peft_config = getattr(self.model, "peft_config", None)
-        if peft_config:
-            lora = next(iter(peft_config.values()))
-            lines.append(
-                f"LoRA r={getattr(lora, 'r', '?')}, alpha={getattr(lora, 'lora_alpha', '?')} on "
-                f"{sorted(getattr(lora, 'target_modules', None) or [])}"
-            )
-        return "\n".join(f"  - {line}" for line in lines)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        render_model_card(card).save(output_dir / "README.md")

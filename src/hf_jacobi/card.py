@@ -9,6 +9,7 @@ that was trained (`CardInfo.trained`); any other is presented as its base model 
 from __future__ import annotations
 
 import importlib.resources
+import json
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,10 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .._version import __version__
-from ..decoding.config import JacobiConfig
-from .results import BenchResults
+from ._version import __version__
+from .bench_results import BenchResults
+from .checkpoint import TUNE_REPORT
+from .decoding.config import JacobiConfig
 
 TEMPLATE_PACKAGE = "hf_jacobi.model_cards"
 TEMPLATE_NAME = "jacobi_forcing.md"
@@ -52,7 +54,7 @@ class CardInfo:
         trained: whether the checkpoint was post-trained with Jacobi Forcing. The card says so only when True;
             otherwise it presents the base model with Jacobi decoding settings and leaves out the training data. The
             trainer, which has just trained, leaves the default; `publish_checkpoint` sets it from the training
-            record the checkpoint carries (`hub.export.jacobi_forcing_record`).
+            record the checkpoint carries (`hub.export.jacobi_forcing_record`: its `checkpoint.TRAINING_RECORD`).
     """
 
     repo_id: str
@@ -82,10 +84,22 @@ def template_text(template: str | Path | None = None) -> str:
         # Run from a source checkout without installing (PYTHONPATH=src, e.g. on a bare GPU machine), the template
         # package is not mapped; the file is beside src/. A missing card must not end a training run at its first
         # checkpoint, as it did on an H200 before this.
-        source = Path(__file__).resolve().parents[3] / "model_cards" / TEMPLATE_NAME
+        source = Path(__file__).resolve().parents[2] / "model_cards" / TEMPLATE_NAME
         if not source.is_file():
             raise
         return source.read_text(encoding="utf-8")
+
+
+def tuning_note(folder: Path) -> str:
+    """One sentence on where the defaults came from, from the tune report when there is one."""
+    path = folder / TUNE_REPORT
+    if not path.is_file():
+        return "These defaults were not tuned for particular hardware (`hf-jacobi tune` measures and picks them)."
+    report = json.loads(path.read_text(encoding="utf-8"))
+    choice = report.get("choice", {})
+    speedup = choice.get("predicted_speedup")
+    said = f", predicted {speedup:.2f}x greedy tokens/s there" if isinstance(speedup, (int, float)) else ""
+    return f"Chosen by `hf-jacobi tune` on {report.get('hardware', 'unrecorded hardware')}{said}; see `{TUNE_REPORT}`."
 
 
 def _is_hub_id(name: str | None) -> bool:
