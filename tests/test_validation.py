@@ -130,6 +130,7 @@ def test_config_is_a_frozen_validated_dataclass():
         "jacobi_cache_implementation",
         "jacobi_compile",
         "jacobi_static_widths",
+        "jacobi_greedy_devices",
     )
     with pytest.raises(ValueError, match="jacobi_draft_seed must be an integer"):
         JacobiConfig(draft_seed="x")

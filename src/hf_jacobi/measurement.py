@@ -113,7 +113,8 @@ def decode(
     if settings is None:
         settings = {"decoding": "greedy"}
     elif not isinstance(settings, dict):
-        settings = settings.to_generate_kwargs()
+        # a measurement of Jacobi settings runs them on every device, even where a checkpoint decodes greedily
+        settings = settings.replace(greedy_devices=()).to_generate_kwargs()
     kwargs = {"do_sample": False, **generate_kwargs, **settings, "return_dict_in_generate": True}
     output, seconds = timed(lambda: model.generate(**inputs, max_new_tokens=max_new_tokens, **kwargs))
     width = inputs["input_ids"].shape[1]

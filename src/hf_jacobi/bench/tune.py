@@ -107,6 +107,13 @@ def save_report(folder: Path, result: TuneResult) -> Path:
 
 
 @torch.inference_mode()
+def _warm_up(model, inputs: dict, greedy_kwargs: dict, config: JacobiConfig) -> None:
+    """One short untimed greedy call and one Jacobi call (run on every device: this measures Jacobi)."""
+    model.generate(**inputs, max_new_tokens=4, **greedy_kwargs)
+    jacobi_kwargs = config.replace(greedy_devices=()).to_generate_kwargs()
+    model.generate(**inputs, max_new_tokens=4, do_sample=False, **jacobi_kwargs)
+
+
 def tune(
     model,
     prompts: list[dict[str, torch.Tensor]],
@@ -131,8 +138,7 @@ def tune(
         raise ValueError("tune needs at least one candidate setting")
     greedy_kwargs = {"decoding": "greedy", "do_sample": False}
     first = prompts[0]
-    model.generate(**first, max_new_tokens=4, **greedy_kwargs)  # warm-up, untimed
-    model.generate(**first, max_new_tokens=4, do_sample=False, **candidates[0].config.to_generate_kwargs())
+    _warm_up(model, first, greedy_kwargs, candidates[0].config)
     continuation = model.generate(**first, max_new_tokens=max(max_new_tokens // 2, 1), **greedy_kwargs)
     curve = measure_roofline(model, continuation, widths, repeats)
     prefill_s = statistics.mean(prefill_seconds(model, p, repeats=1) for p in prompts)

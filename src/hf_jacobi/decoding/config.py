@@ -73,6 +73,11 @@ class JacobiConfig:
             0..V candidates at evenly spread counts, so a step with few candidates is not padded to the widest.
             None picks by device: up to 5 on a CPU, where every padded column costs; 1 on an accelerator, where one
             CUDA graph of the widest forward costs little more than a narrower one and each graph is a capture.
+        greedy_devices: Device types ("cpu", "cuda", "mps", ...) on which these settings do not pay, so that
+            `decoding="jacobi"` decodes greedily there instead (the same tokens, stock generate's output) and says so
+            once. A checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
+            greedy where nothing pays; `jacobi_greedy_devices=[]` in a call runs Jacobi anyway. Collection, which
+            records Jacobi states, and the project's own measurements always run Jacobi.
     """
 
     block_size: int = 16
@@ -86,6 +91,7 @@ class JacobiConfig:
     cache_implementation: str = "dynamic"
     compile: str = "auto"
     static_widths: int | None = None
+    greedy_devices: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_int("block_size", self.block_size, minimum=1)
@@ -114,6 +120,8 @@ class JacobiConfig:
             raise ValueError(f"jacobi_compile must be one of {list(COMPILE_MODES)}, got {self.compile!r}.")
         if self.static_widths is not None:
             _check_int("static_widths", self.static_widths, minimum=1)
+        if self.greedy_devices is not None:
+            object.__setattr__(self, "greedy_devices", _device_types(self.greedy_devices))
         if self.cache_implementation == "dynamic":
             if self.compile == "always":
                 _needs_static("jacobi_compile='always' compiles the static path's verify forward", self)
@@ -248,6 +256,15 @@ class JacobiConfig:
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{JACOBI_PREFIX}{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def _device_types(value: Any) -> tuple[str, ...]:
+    """`greedy_devices` as a tuple of device type names (a list, as JSON stores it, or a tuple)."""
+    if isinstance(value, (list, tuple)) and all(isinstance(kind, str) and kind.strip() for kind in value):
+        return tuple(kind.strip().lower() for kind in value)
+    raise ValueError(
+        f"{JACOBI_PREFIX}greedy_devices must be a list of device types such as ['cpu'] (or [] for none), got {value!r}."
+    )
 
 
 def _needs_static(what: str, config: JacobiConfig) -> None:

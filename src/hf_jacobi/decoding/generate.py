@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from .call_settings import resolve_decoding, resolve_jacobi_config, split_jacobi_kwargs
+from .config import JACOBI_PREFIX, JacobiConfig
 from .loop import JacobiRuntime, jacobi_decode
 
 _ENABLED_FLAG = "_hf_jacobi_original_generate"
@@ -72,6 +74,8 @@ def generate_with_jacobi(
         if recorder is not None:
             raise ValueError("trajectory_recorder records Jacobi iterations: it needs decoding='jacobi'.")
         return original(*args, **kwargs)
+    if recorder is None and _greedy_on_this_device(model, jacobi_config):
+        return original(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:
         raise ValueError("decoding='jacobi' cannot be combined with custom_generate.")
     if kwargs.get("assistant_model") is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
@@ -84,6 +88,23 @@ def generate_with_jacobi(
     kwargs["jacobi_runtime"] = JacobiRuntime(config=jacobi_config, streamer=kwargs.get("streamer"), recorder=recorder)
     kwargs.pop("custom_generate", None)
     return original(*args, custom_generate=jacobi_decode, **kwargs)
+
+
+def _greedy_on_this_device(model, config: JacobiConfig) -> bool:
+    """Whether the settings list the model's device type in `greedy_devices` (Jacobi measured not to pay there), in
+    which case the call decodes greedily; a warning says so, once per device type and message."""
+    device_type = getattr(getattr(model, "device", None), "type", None)
+    setting = f"{JACOBI_PREFIX}greedy_devices"
+    if not config.greedy_devices or device_type not in config.greedy_devices:
+        return False
+    warnings.warn(
+        f"decoding='jacobi' decodes greedily on {device_type}: this model's Jacobi settings list {device_type!r} in "
+        f"{setting}, where they were measured slower than greedy decoding (the tokens are the same). Pass "
+        f"{setting}=[] to run Jacobi decoding anyway.",
+        UserWarning,
+        stacklevel=4,
+    )
+    return True
 
 
 def disable_jacobi(model):
