@@ -10,7 +10,6 @@ import textwrap
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +18,7 @@ from hf_jacobi.bench.sandbox import ExecutionResult
 from hf_jacobi.bench.tasks.humaneval import STOP_SEQUENCES, check_humaneval, score_humaneval, truncate_completion
 from hf_jacobi.data import humaneval
 from hf_jacobi.data.humaneval import HumanEvalProblem, MissingDataError, load_humaneval
+from test_bench_sandbox import processes_with
 
 # HumanEval/0 is has_close_elements(numbers, threshold): is any pair closer than threshold?
 CORRECT_BODY = "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n"
@@ -108,19 +108,6 @@ def test_truncated_raw_completion_with_trailing_junk_passes(close_elements):
     assert check_humaneval(close_elements, truncate_completion(raw)).passed
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the sample's helper processes")
-def _processes_with(token: str) -> list[int]:
-    """Pids on this machine whose command line holds `token` (a sample's helper, seen from outside its sandbox)."""
-    pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if token.encode() in cmdline.read_bytes():
-                pids.append(int(cmdline.parent.name))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
 def _wait_until(condition, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -130,6 +117,7 @@ def _wait_until(condition, seconds: float) -> bool:
     return True
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the sample's helper processes")
 def test_infinite_loop_times_out_and_every_process_it_started_is_killed(close_elements):
     token = f"hf_jacobi_helper_{uuid.uuid4().hex}"
     completion = body(f"""
@@ -142,14 +130,14 @@ def test_infinite_loop_times_out_and_every_process_it_started_is_killed(close_el
     start = time.monotonic()
     run = threading.Thread(target=lambda: results.append(check_humaneval(close_elements, completion, timeout_s=2)))
     run.start()
-    seen.append(_wait_until(lambda: _processes_with(token), 5))
+    seen.append(_wait_until(lambda: processes_with(token), 5))
     run.join()
     elapsed = time.monotonic() - start
 
     assert seen == [True], "the helper never ran"
     assert results == [ExecutionResult(False, "timeout", "timed out after 2s")]
     assert 2 <= elapsed < 5
-    assert _wait_until(lambda: not _processes_with(token), 2), "the helper outlived the sample"
+    assert _wait_until(lambda: not processes_with(token), 2), "the helper outlived the sample"
 
 
 def test_endless_printing_times_out(close_elements):
@@ -202,9 +190,9 @@ def test_score_humaneval_runs_samples_concurrently_and_keeps_order(close_element
     results = []
     run = threading.Thread(target=lambda: results.extend(score_humaneval([close_elements] * 4, completions, 20, 4)))
     run.start()
-    all_at_once = _wait_until(lambda: all(_processes_with(token) for token in tokens), 10)
+    all_at_once = _wait_until(lambda: all(processes_with(token) for token in tokens), 10)
     for token in tokens:
-        for pid in _processes_with(token):
+        for pid in processes_with(token):
             os.kill(pid, signal.SIGKILL)
     run.join()
     assert all_at_once, "the samples did not run concurrently"

@@ -224,7 +224,7 @@ sys.stderr.write(f"children={children}")
     assert children < 2 * sandbox.MAX_PROCESSES
 
 
-def _processes_with(token: str) -> list[int]:
+def processes_with(token: str) -> list[int]:
     """Pids (on this machine) whose command line holds `token`."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -251,11 +251,11 @@ time.sleep(0.5)
         result = sandbox.run_program(program, timeout_s=10)
         assert result.passed, result.detail
         deadline = time.monotonic() + 2
-        while _processes_with(token) and time.monotonic() < deadline:
+        while processes_with(token) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _processes_with(token) == []
+        assert processes_with(token) == []
     finally:
-        for pid in _processes_with(token):
+        for pid in processes_with(token):
             os.kill(pid, signal.SIGKILL)
 
 

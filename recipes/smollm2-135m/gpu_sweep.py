@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from campaign.runner import cli, wait_all  # beside this script: the campaign's process helpers
 
 RECIPE = Path(__file__).parent / "jacobi_forcing" / "train_base_scale.yaml"
 
@@ -47,34 +47,10 @@ TINY_TRAIN = ["--num_trajectory_prompts", "4", "2", "--num_anchor_texts", "2", "
 TINY_QUALITY = ["--num-prompts", "1", "--num-speed-prompts", "2", "--max-new-tokens", "8", "--batch-size", "2"]
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hf_jacobi.cli", *args]
-
-
 def _start(command: list[str], log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     # A process group of its own, so a deadline stops the run and anything it started.
     return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _wait_all(processes: dict[str, subprocess.Popen], deadline: float) -> dict[str, dict]:
-    """Exit code and wall time per process; those still running at the deadline are stopped (code 'stopped')."""
-    started, ended = time.monotonic(), {}
-    while len(ended) < len(processes) and time.monotonic() < deadline:
-        for name, process in processes.items():
-            if name not in ended and process.poll() is not None:
-                ended[name] = {"exit_code": process.returncode, "seconds": round(time.monotonic() - started, 1)}
-        time.sleep(1)
-    for name, process in processes.items():
-        if name not in ended:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            ended[name] = {"exit_code": "stopped", "seconds": round(time.monotonic() - started, 1)}
-    return ended
 
 
 def newest_weights(run: Path) -> tuple[Path | None, int | None]:
@@ -109,12 +85,12 @@ def main() -> int:
     tiny_train = [*TINY_TRAIN, "--use_cpu", "true"] if args.tiny else []
     training = {
         name: _start(
-            _cli("train", "--config", str(RECIPE), "--output_dir", str(run), *VARIANTS[name], *tiny_train),
+            cli("train", "--config", str(RECIPE), "--output_dir", str(run), *VARIANTS[name], *tiny_train),
             run / "train.log",
         )
         for name, run in runs.items()
     }
-    trained = _wait_all(training, time.monotonic() + args.train_seconds)
+    trained = wait_all(training, time.monotonic() + args.train_seconds)
 
     judged, record = {}, {}
     for name, run in runs.items():
@@ -123,8 +99,8 @@ def main() -> int:
         if weights is not None:
             quality = ["--adapters", f"{name}={weights}", "--output-dir", str(out / f"quality-{name}")]
             quality += TINY_QUALITY if args.tiny else []
-            judged[name] = _start(_cli("quality", *quality), out / f"quality-{name}.log")
-    for name, result in _wait_all(judged, time.monotonic() + args.quality_seconds).items():
+            judged[name] = _start(cli("quality", *quality), out / f"quality-{name}.log")
+    for name, result in wait_all(judged, time.monotonic() + args.quality_seconds).items():
         record[name]["quality"] = result
     (out / "sweep.json").write_text(json.dumps({"recipe": str(RECIPE), "tiny": args.tiny, "runs": record}, indent=2))
     print(json.dumps(record, indent=2))
