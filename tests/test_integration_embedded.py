@@ -133,10 +133,16 @@ def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_pro
     # all 4 verified
     assert (tuned.block_size, tuned.num_blocks, tuned.ngram_pool_size, tuned.candidates_per_step) == (8, 1, 4, 4)
     prompts = encode_prompts(load_prompts("packages", split="test", limit=4), tokenizer)
-    # the model comes Jacobi-enabled: decoding="jacobi" runs the loop with the tuned defaults, no enable_jacobi needed
+    # the model comes Jacobi-enabled: decoding="jacobi" runs the loop with the tuned defaults, no enable_jacobi needed;
+    # on a CPU, where they were measured slower than greedy, it decodes greedily unless a call asks for Jacobi
+    assert tuned.greedy_devices == ("cpu",)
+    ids = torch.tensor([prompts[0]])
+    with pytest.warns(UserWarning, match="decodes greedily on cpu"):
+        fallback = trained.generate(ids, max_new_tokens=8, decoding="jacobi", return_dict_in_generate=True)
     out = trained.generate(
-        torch.tensor([prompts[0]]), max_new_tokens=8, decoding="jacobi", return_dict_in_generate=True
+        ids, max_new_tokens=8, decoding="jacobi", return_dict_in_generate=True, jacobi_greedy_devices=[]
     )
+    assert torch.equal(fallback.sequences, out.sequences) and not hasattr(fallback, "forward_passes")
     assert out.forward_passes is not None and int(out.forward_tokens[0]) > int(out.forward_passes[0])  # wide steps
     base_greedy, trained_greedy = (greedy_outputs(model, prompts, 32, batch_size=4) for model in (base, trained))
     for setting in (JacobiConfig(block_size=16), tuned):  # plain Jacobi at the trained block size, and the default

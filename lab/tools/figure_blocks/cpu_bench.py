@@ -3,7 +3,7 @@ paths, the tuner's roofline and predictions, and greedy's speed across the sitti
 
 from __future__ import annotations
 
-from .core import JF, Page, bench_rows, block, load, markdown_table
+from .core import JF, Page, bench_rows, block, load, markdown_table, rng
 
 
 @block("bench-md-round4")
@@ -245,3 +245,36 @@ CPU_BENCHES = [
 def greedy_speed_range(page: Page) -> str:
     speeds = [row["tokens_per_s"] for path in CPU_BENCHES for row in load(path)["summary"] if row["kind"] == "ar"]
     return f"{min(speeds):.1f} to {max(speeds):.1f}"
+
+
+DEFAULTS_CPU = (("held-out code prompts (packages test 17-24)", f"{JF}/generate-defaults-cpu"),
+                ("hand-written chat requests (requests 1-8)", f"{JF}/generate-defaults-cpu-requests"))  # fmt: skip
+DEFAULT_SETTING = "Jacobi default (block 8, pool 4)"
+
+
+@block("generate-defaults-cpu")
+def generate_defaults_cpu(page: Page) -> str:
+    """The shipped defaults on a CPU's eager path against plain generate, per prompt set: behind
+    jacobi_greedy_devices: ["cpu"] in the shipped generation config."""
+    rows = [
+        "| prompts | tokens per forward | vs plain greedy generate (median of 3 rounds, range) | identical | loops |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, folder in DEFAULTS_CPU:
+        row = bench_rows(f"{folder}/bench.json")[DEFAULT_SETTING]
+        rows.append(
+            f"| {label} | {row['tokens_per_forward']:.2f} | {row['speedup_vs_ar']:.2f}x "
+            f"({rng(row['speedup_vs_ar_range'])}) | {row['identical']}/{row['samples']} | {row['collapsed']} |"
+        )
+    files = ", ".join(page.ref(f"{folder}/bench.json") for _, folder in DEFAULTS_CPU)
+    return "\n".join(rows) + f"\n\nFiles: {files}."
+
+
+@block("generate-defaults-cpu-sentence")
+def generate_defaults_cpu_sentence(page: Page) -> str:
+    (_, code), (_, chat) = DEFAULTS_CPU
+    code_row, chat_row = (bench_rows(f"{f}/bench.json")[DEFAULT_SETTING] for f in (code, chat))
+    return (
+        f"{chat_row['speedup_vs_ar']:.2f}x plain greedy on chat requests and {code_row['speedup_vs_ar']:.2f}x on "
+        f"code prompts ({code_row['collapsed']} of {code_row['samples']} of those answers a loop)"
+    )
