@@ -1,8 +1,8 @@
 """One way to load a model, name a dtype and find its EOS ids, for every command and benchmark.
 
-Each entry point used to carry its own copy of these (three loaders, two dtype tables that disagreed), and copies
-drift: a model loaded one way for collection and another for evaluation measures a different question. Everything
-that turns a user's model name into a model goes through here; prompts become token ids in `chat` and batches in
+One loader, because copies drift: a model loaded one way for collection and another for evaluation measures a
+different question. Everything that turns a user's model name (the embedded model, a local folder or a Hub id) into a
+model goes through here; prompts become token ids in `chat` and batches in
 `batching`, and adapters are merged and exported in `adapters`.
 """
 
