@@ -58,7 +58,8 @@ class ModelRun:
 def demo_settings(args: argparse.Namespace, loaded: LoadedModel) -> JacobiConfig:
     """The flags given, on top of the Jacobi defaults of the model's generation config; for the embedded model the
     shipped adapter's tuned defaults, so that the untrained and the trained model run the very same setting and a bare
-    `hf-jacobi demo` shows what `generate(decoding="jacobi")` does by default."""
+    `hf-jacobi demo` shows the settings `generate(decoding="jacobi")` uses by default (run as Jacobi on every device,
+    also where `jacobi_greedy_devices` makes a plain call decode greedily)."""
     from transformers import GenerationConfig
 
     from ..adapters import JACOBI_FORCING_WEIGHTS
