@@ -144,18 +144,20 @@ def _open_folder(output: Path, settings: dict[str, Any], state, model, adapter: 
     computes the identity and compares it; the main process first, and once its identity is accepted it saves the
     weight files' hashes in the folder, for the other processes and later resumes to reuse instead of reading the
     files again."""
-    cache = WeightHashCache(output / HASH_CACHE)
 
-    def identity() -> dict[str, Any]:
-        return model_identity(model, name=settings.get("model"), adapter=adapter, cache=cache)
+    def check(write: bool) -> WeightHashCache:
+        # the cache is read here, so that the other processes read it after the main process saved it
+        cache = WeightHashCache(output / HASH_CACHE)
+        identity = lambda: model_identity(model, name=settings.get("model"), adapter=adapter, cache=cache)  # noqa: E731
+        check_or_record(output, settings, identity, write=write)
+        return cache
 
     if state.is_main_process:  # one process writes the record and repairs; the others check theirs against it
-        check_or_record(output, settings, identity, write=True)
-        cache.save()
+        check(write=True).save()
         repair(output)
     state.wait_for_everyone()
     if not state.is_main_process:
-        check_or_record(output, settings, identity, write=False)
+        check(write=False)
 
 
 def _pending_prompts(prompts: datasets.Dataset, output: Path, state) -> list[int]:
