@@ -188,11 +188,7 @@ def check_memory(
     model, config: JacobiConfig, batch: int, prompt_len: int, capacity: int, device: torch.device
 ) -> None:
     """Refuses, before the prefill allocates anything, a call whose widest forward would not fit in the free memory of
-    `device`, naming the settings that widen it (the most costly first) and the batch size.
-
-    It is the one check of a call that knows its token budget, so it also warns about a block size no request can
-    use (`warn_unusable_block_size`), once per call."""
-    warn_unusable_block_size(model, config, capacity)
+    `device`, naming the settings that widen it (the most costly first) and the batch size."""
     chain, candidates = widest_forward(config, prompt_len, capacity)
     width = chain + candidates
     context = prompt_len + capacity + width

@@ -30,7 +30,7 @@ from .acceptance import AcceptanceRule, Verdict, acceptance_rule
 from .cache import CACHE_ARGUMENT, CACHE_ARGUMENTS, KVSlots
 from .cache_choice import resolve_cache
 from .chain import DraftChain
-from .checks import check_generation_config, check_memory, forward_widths
+from .checks import check_generation_config, check_memory, forward_widths, warn_unusable_block_size
 from .compiled_forward import verify_forward
 from .config import JacobiConfig
 from .drafts import PromptDrafter
@@ -96,6 +96,7 @@ def jacobi_decode(
     pad_id = int(pad_id) if pad_id is not None else 0
     capacity = max(generation_config.max_length - input_ids.shape[1], 1)
     check_memory(model, config, input_ids.shape[0], input_ids.shape[1], capacity, input_ids.device)
+    warn_unusable_block_size(model, config, capacity)
 
     cache, slots, valid, first_scores = _prefill(model, input_ids, generation_config, model_kwargs)
     cache, slots, forward = _verify_setup(model, config, generation_config, cache, slots, input_ids.shape[1], capacity)
