@@ -19,6 +19,12 @@ def missing_adapter_files(folder: str | os.PathLike[str]) -> list[str]:
     return [name for name in ADAPTER_FILES if not (Path(folder) / name).is_file()]
 
 
+def adapter_folder_problem(folder: str | os.PathLike[str]) -> str | None:
+    """What is wrong with `folder` as a PEFT adapter folder, phrased to follow its name; None when it is one."""
+    missing = missing_adapter_files(folder)
+    return f"is not a PEFT adapter folder (missing {missing})" if missing else None
+
+
 MAX_SHIPPED_BYTES = 25 * 1024**2
 
 
@@ -64,9 +70,8 @@ def export_adapter(
     from .checkpoint import TRAINING_RECORD
 
     adapter = Path(adapter)
-    missing = missing_adapter_files(adapter)
-    if missing:
-        raise ValueError(f"{adapter} is not a PEFT adapter folder (missing {missing})")
+    if problem := adapter_folder_problem(adapter):
+        raise ValueError(f"{adapter} {problem}")
     size = sum((adapter / name).stat().st_size for name in ADAPTER_FILES)
     if size > MAX_SHIPPED_BYTES:
         raise ValueError(f"the adapter in {adapter} is {size / 2**20:.1f} MiB, over the {MAX_SHIPPED_BYTES >> 20} MiB "

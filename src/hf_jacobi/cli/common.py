@@ -103,11 +103,10 @@ def load_model(
     if jacobi_forcing and adapter is not None:
         raise CliError(f"--adapter {adapter} and --jacobi-forcing both name an adapter: keep one")
     if adapter is not None:
-        from ..adapters import missing_adapter_files
+        from ..adapters import adapter_folder_problem
 
-        missing = missing_adapter_files(adapter)
-        if missing:
-            raise CliError(f"--adapter {adapter} is not a PEFT adapter folder (missing {missing})")
+        if problem := adapter_folder_problem(adapter):
+            raise CliError(f"--adapter {adapter} {problem}")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         model, tokenizer = _load_model(EMBEDDED if path is None else path, dtype=dtype, device=device)

@@ -80,11 +80,10 @@ def check_model_arguments(
     check_attention(model_args.attn_implementation or "sdpa", SUPPORTED_ATTENTION if eval_mode else TRAINING_ATTENTION)
     check_model_name(model_args.model_name_or_path, flag)
     if adapter is not None:
-        from ..adapters import missing_adapter_files
+        from ..adapters import adapter_folder_problem
 
-        missing = missing_adapter_files(adapter)
-        if missing:
-            raise CliError(f"--adapter {adapter!r} is not a PEFT adapter folder (missing {missing})")
+        if problem := adapter_folder_problem(adapter):
+            raise CliError(f"--adapter {adapter!r} {problem}")
 
 
 def load_model_and_tokenizer(

@@ -14,7 +14,7 @@ from pathlib import Path
 import datasets
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from ..adapters import missing_adapter_files
+from ..adapters import adapter_folder_problem
 from ..atomic import check_writable, staged_files
 from ..data.collection import load_trajectories, select_trajectories
 from ..data.prompts import encode_prompts, load_prompts
@@ -144,9 +144,8 @@ class TrainScriptArguments:
             return
         if peft_config is None:
             raise ValueError(f"init_adapter={self.init_adapter!r} continues a LoRA adapter: set use_peft true.")
-        missing = missing_adapter_files(self.init_adapter)
-        if missing:
-            raise ValueError(f"init_adapter {self.init_adapter} is not a PEFT adapter folder (missing {missing}).")
+        if problem := adapter_folder_problem(self.init_adapter):
+            raise ValueError(f"init_adapter {self.init_adapter} {problem}.")
         saved = PeftConfig.from_pretrained(self.init_adapter)
         wanted, found = (peft_config.r, _lora_modules(peft_config)), (saved.r, _lora_modules(saved))
         if wanted != found:
