@@ -21,10 +21,12 @@ from tqdm.auto import tqdm
 
 from hf_jacobi.bench.common import VARIANTS, ForwardCounts, variant_config
 from hf_jacobi.bench.report import markdown
-from hf_jacobi.bench.roofline import block_forward_seconds, forward_cost_curve, timed_prefill
+from hf_jacobi.bench.roofline import block_forward_seconds, timed_prefill
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.loading import eos_token_ids
 from hf_jacobi.measurement import Decoded, decode
+
+from .forward_cost import forward_cost_curve
 
 
 @dataclass

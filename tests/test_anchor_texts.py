@@ -9,18 +9,16 @@ import re
 import datasets
 import pytest
 
-from hf_jacobi.data.anchor_texts import (
-    ANCHOR_TEXT_SET,
+from hf_jacobi.data.anchor_texts import ANCHOR_TEXT_SET, encode_anchor_texts, load_anchor_texts
+from hf_jacobi.data.decontamination import find_overlaps
+from hf_jacobi.data.function_prompts import package_prompt_set
+from lab.prompt_snapshots import (
     MAX_SOURCE_CHARS,
     MIN_SOURCE_CHARS,
     anchor_text_rows,
-    encode_anchor_texts,
     evaluation_texts,
     function_source,
-    load_anchor_texts,
 )
-from hf_jacobi.data.decontamination import find_overlaps
-from hf_jacobi.data.function_prompts import package_prompt_set
 from test_prompt_sources import evaluation_texts as shipped_evaluation_texts
 from tiny_models import tiny_tokenizer
 

@@ -9,9 +9,9 @@ from transformers import BatchEncoding
 
 from hf_jacobi import enable_jacobi
 from hf_jacobi.bench.common import VARIANTS
-from hf_jacobi.bench.roofline import forward_cost_curve
-from hf_jacobi.data.humaneval import humaneval_prompts
+from hf_jacobi.data.humaneval import load_humaneval
 from lab.commands import overhead as overhead_command
+from lab.forward_cost import forward_cost_curve
 from lab.overhead import (
     cost_curve_table,
     markdown_table,
@@ -56,7 +56,7 @@ def test_measure_and_summarize_on_a_tiny_model():
 
 
 def test_humaneval_prompts_come_from_the_package():
-    prompts = humaneval_prompts(3)
+    prompts = [(problem.task_id, problem.prompt) for problem in load_humaneval(3)]
     assert [task for task, _ in prompts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     assert all(prompt.lstrip().startswith(("from", "def", "import")) for _, prompt in prompts)
 

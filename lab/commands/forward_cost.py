@@ -4,7 +4,8 @@ Whether Jacobi decoding saves wall time is decided by this curve, not by tokens 
 costing c(w) one-token forwards pays only if the setting accepts more than c(w) tokens per forward (before the loop's
 own overhead). On a small CPU the curve climbs almost from the start; on a GPU it stays flat far out, more so for a
 small model, whose forwards are bound by kernel launches. The figures come from the same bare-forward timer that
-`hf-jacobi tune` and `python -m lab overhead` use (`hf_jacobi.bench.roofline`), so the three compare.
+`hf-jacobi tune` and `python -m lab overhead` use (`hf_jacobi.bench.roofline.block_forward_seconds`), so the three
+compare.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from pathlib import Path
 import torch
 
 from hf_jacobi.atomic import write_text
-from hf_jacobi.cli.arg_types import checkpoint_dir, positive_int
-from hf_jacobi.cli.common import DTYPES, CliError, add_jacobi_forcing_argument, load_model, writable_output
+from hf_jacobi.cli.arg_types import model_name, positive_int
+from hf_jacobi.cli.common import DTYPES, MODEL_HELP, CliError, add_jacobi_forcing_argument, load_model, writable_output
 
 DEFAULT_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
@@ -25,7 +26,7 @@ DEFAULT_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 def run_forward_cost_command(args: argparse.Namespace) -> int:
     """Times the curve at each batch size, prints one table per batch size and writes the JSON when asked."""
     from hf_jacobi.bench.report import machine_description
-    from hf_jacobi.bench.roofline import forward_cost_curve
+    from lab.forward_cost import forward_cost_curve
     from lab.overhead import cost_curve_table
 
     if args.json:
@@ -105,7 +106,7 @@ def add_parser(commands) -> None:
         "size (the break-even tokens per forward of each width)",
     )
     parser.add_argument(
-        "--model", type=checkpoint_dir, default=None, help="local checkpoint folder (default: embedded SmolLM2-135M)"
+        "--model", type=model_name, default=None, help=f"{MODEL_HELP} (default: the embedded SmolLM2-135M)"
     )
     add_jacobi_forcing_argument(parser)
     from lab.architectures import ARCHITECTURES

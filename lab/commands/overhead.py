@@ -11,7 +11,7 @@ from hf_jacobi.atomic import write_text
 from hf_jacobi.bench.common import VARIANTS
 from hf_jacobi.cli.arg_types import positive_int
 from hf_jacobi.cli.common import CliError, writable_output
-from hf_jacobi.data.humaneval import MissingDataError, humaneval_prompts
+from hf_jacobi.data.humaneval import MissingDataError, load_humaneval
 
 
 def run_overhead_command(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def run_overhead_command(args: argparse.Namespace) -> int:
     if args.json:
         writable_output(args.json, "--json", folder=False)
     try:
-        prompts = humaneval_prompts(args.prompts)
+        prompts = [(problem.task_id, problem.prompt) for problem in load_humaneval(args.prompts)]
     except MissingDataError as error:
         raise CliError(str(error)) from error
     model, tokenizer = load_model(EMBEDDED, dtype="float32")  # Jacobi-enabled

@@ -24,7 +24,6 @@ from .runner import BenchRun
 from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC
 
 __all__ = [
-    "fmt",
     "machine_description",
     "markdown",
     "markdown_table",
@@ -119,11 +118,6 @@ def summarize(run: BenchRun) -> list[dict[str, Any]]:
             row[key] = statistics.median(ratios) if ratios else None
             row[f"{key}_range"] = [min(ratios), max(ratios)] if ratios else None
     return rows
-
-
-def fmt(value: float | None, spec: str) -> str:
-    """A number for a table cell; "-" where there is none (a ratio with nothing to divide by)."""
-    return "-" if value is None else format(value, spec)
 
 
 def markdown(headers: Sequence[str], rows: Iterable[Sequence[Any]], aligns: Sequence[str] | None = None) -> str:

@@ -41,19 +41,6 @@ def positive_float(value: str) -> float:
     return _parsed(value, float, "a number > 0", lambda x: x > 0)
 
 
-def checkpoint_dir(value: str) -> Path:
-    """A local `save_pretrained` folder (for a flag that takes no Hub id: `model_name` takes both). Checked here, so
-    that a typo in the path does not surface as a confusing hub lookup error deep inside from_pretrained."""
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{value!r} does not exist (expected a local checkpoint folder)")
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a folder (expected a local checkpoint folder)")
-    if not (path / "config.json").is_file():
-        raise argparse.ArgumentTypeError(f"{value!r} has no config.json (expected a save_pretrained folder)")
-    return path
-
-
 def model_name(value: str) -> Path | str:
     """A model to load: a local save_pretrained folder (returned as a Path) or a Hub model id (returned as a str, for
     from_pretrained to download, or to read from the cache alone under HF_HUB_OFFLINE=1). A folder's config.json is

@@ -155,15 +155,24 @@ def encode_prompt(
 def jacobi_config(args: argparse.Namespace, generation_config: GenerationConfig | None) -> JacobiConfig:
     """The Jacobi settings the command line sets, on top of those `generation_config` carries (a checkpoint's, or the
     shipped adapter's tuned defaults), on top of the library defaults; a bad value in the file is named."""
+    flags = ("block_size", "num_blocks", "ngram_pool_size", "verify_size", "ngram_size", "cache_implementation")
     try:
-        return JacobiConfig.from_generation_config(
-            generation_config,
-            block_size=args.block_size,
-            num_blocks=args.num_blocks,
-            ngram_pool_size=args.ngram_pool_size,
-        )
+        return JacobiConfig.from_generation_config(generation_config, **{f: getattr(args, f, None) for f in flags})
     except ValueError as error:
         raise CliError(str(error)) from error
+
+
+def add_jacobi_setting_flags(parser: argparse.ArgumentParser, source: str) -> None:
+    """--block-size, --num-blocks and --ngram-pool-size, each unset by default: `jacobi_config` then keeps the value
+    `source` carries (named in the help), else the library's default."""
+    defaults = JacobiConfig()
+    for flag, kind, what, default in (
+        ("--block-size", positive_int, "Jacobi block size n", defaults.block_size),
+        ("--num-blocks", positive_int, "Jacobi blocks in flight at most", defaults.num_blocks),
+        ("--ngram-pool-size", non_negative_int, "rejection recycling: n-grams kept per key, 0 = off",
+         defaults.ngram_pool_size),
+    ):  # fmt: skip
+        parser.add_argument(flag, type=kind, default=None, help=f"{what} (default: {source}, else {default})")
 
 
 def describe_settings(jacobi: JacobiConfig) -> str:
@@ -236,26 +245,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) ->
     )
     add_jacobi_forcing_argument(parser)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
-    defaults = JacobiConfig()
-    parser.add_argument(
-        "--block-size",
-        type=positive_int,
-        default=None,
-        help=f"Jacobi block size n (default: the model's generation config, else {defaults.block_size})",
-    )
-    parser.add_argument(
-        "--num-blocks",
-        type=positive_int,
-        default=None,
-        help=f"Jacobi blocks in flight at most (default: the model's generation config, else {defaults.num_blocks})",
-    )
-    parser.add_argument(
-        "--ngram-pool-size",
-        type=non_negative_int,
-        default=None,
-        help="rejection recycling: n-grams kept per key, 0 = off (default: the model's generation config, else "
-        f"{defaults.ngram_pool_size})",
-    )
+    add_jacobi_setting_flags(parser, "the model's generation config")
     parser.add_argument(
         "--max-new-tokens",
         type=positive_int,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..decoding.config import CACHE_CHOICES, JacobiConfig
-from .arg_types import non_negative_int, positive_int
-from .common import CliError, writable_output
+from ..decoding.config import CACHE_CHOICES
+from .arg_types import positive_int
+from .common import CliError, add_jacobi_setting_flags, jacobi_config, writable_output
 
 
 def run_export_command(args: argparse.Namespace) -> int:
@@ -23,15 +23,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
     writable_output(target, "--output-dir", folder=True)
     try:
-        jacobi = JacobiConfig.from_generation_config(
-            base_generation_config(args.adapter) if args.adapter.is_dir() else None,
-            block_size=args.block_size,
-            num_blocks=args.num_blocks,
-            ngram_pool_size=args.ngram_pool_size,
-            verify_size=args.verify_size,
-            ngram_size=args.ngram_size,
-            cache_implementation=args.cache_implementation,
-        )
+        jacobi = jacobi_config(args, base_generation_config(args.adapter) if args.adapter.is_dir() else None)
         folder = export_adapter(args.adapter, target, jacobi)
     except ValueError as error:
         raise CliError(str(error)) from error
@@ -48,11 +40,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--output-dir", type=Path, default=None, help="default: the package's weights folder")
     # Unset flags keep the adapter's own settings (its generation_config.json), else the library's defaults.
     own = "default: the adapter's, else"
-    parser.add_argument("--block-size", type=positive_int, default=None, help=f"Jacobi block size ({own} 16)")
-    parser.add_argument("--num-blocks", type=positive_int, default=None, help=f"Jacobi blocks in flight ({own} 1)")
-    parser.add_argument(
-        "--ngram-pool-size", type=non_negative_int, default=None, help=f"n-grams kept per key ({own} 0: off)"
-    )
+    add_jacobi_setting_flags(parser, "the adapter's")
     parser.add_argument(
         "--verify-size", type=positive_int, default=None, help=f"recycled candidates verified per step ({own} pool)"
     )

@@ -5,23 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .arg_types import non_negative_int, positive_int
-from .common import CliError
+from .common import CliError, add_jacobi_setting_flags, jacobi_config
 
 
 def run_push_command(args: argparse.Namespace) -> int:
     from ..checkpoint import base_generation_config
-    from ..decoding.config import JacobiConfig
     from ..hub.push import publish_checkpoint
 
     try:
         # The checkpoint's own defaults (e.g. from `hf-jacobi tune`), with the flags given on top.
-        jacobi = JacobiConfig.from_generation_config(
-            base_generation_config(args.checkpoint),
-            block_size=args.block_size,
-            num_blocks=args.num_blocks,
-            ngram_pool_size=args.ngram_pool_size,
-        )
+        jacobi = jacobi_config(args, base_generation_config(args.checkpoint))
         result = publish_checkpoint(
             args.checkpoint,
             args.repo_id,
@@ -62,18 +55,7 @@ def add_parser(commands) -> None:
     push.add_argument("--bench", type=Path, default=None, help="bench.json from hf-jacobi bench, for the card's table")
     push.add_argument("--license", default="apache-2.0", help="license id for the card (default apache-2.0)")
     push.add_argument("--template", type=Path, default=None, help="a model card template instead of the bundled one")
-    push.add_argument(
-        "--block-size", type=positive_int, default=None, help="Jacobi block size (default: the checkpoint's)"
-    )
-    push.add_argument(
-        "--num-blocks", type=positive_int, default=None, help="Jacobi blocks in flight (default: the checkpoint's)"
-    )
-    push.add_argument(
-        "--ngram-pool-size",
-        type=non_negative_int,
-        default=None,
-        help="n-grams kept per key (default: the checkpoint's)",
-    )
+    add_jacobi_setting_flags(push, "the checkpoint's")
     push.add_argument("--output-dir", type=Path, default=None, help="keep the rendered folder here")
     push.add_argument("--dry-run", action="store_true", help="render into --output-dir without uploading")
     push.add_argument("--private", action="store_true", help="create the repository as private")

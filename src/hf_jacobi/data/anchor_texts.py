@@ -7,104 +7,28 @@ AR target: the model is held to the base's distribution there, never trained to 
 to the base than 1.0x, so a held-out NLL bar stays a fair test of drift).
 
 The shipped set, `packages-source`, is the source code of the functions behind the `packages` *train* prompts (the
-same installed packages, the same walk), frozen as a parquet file because what is installed differs between machines;
+same installed packages, the same walk, in the project's `lab/prompt_snapshots.py`), frozen as a parquet file because
+what is installed differs between machines;
 tests check that it shares no word 13-gram with any evaluation set the project ships nor with the `packages` test
 prompts.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
-import os
-import textwrap
-import warnings
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import datasets
 
-from .decontamination import find_overlaps, prompt_texts
 from .limits import check_limit
 from .local_files import LOCAL_BUILDERS, load_local_dataset
 
 logger = logging.getLogger(__name__)
 
 ANCHOR_TEXT_SET = Path(__file__).parent / "prompt_sets" / "packages-source.parquet"
-"""The snapshot `write_anchor_text_file` wrote from the functions of the `packages` train prompts."""
+"""The snapshot of the functions behind the `packages` train prompts (built by the project's `lab/prompt_snapshots.py`)."""
 ANCHOR_TEXT_SOURCES = {"packages-source": ANCHOR_TEXT_SET}
-MIN_SOURCE_CHARS = 200
-"""Shorter functions are mostly a signature, a docstring and one delegating line: little code to hold."""
-MAX_SOURCE_CHARS = 4000
-"""Longer ones would crowd out the rest (a row is truncated to the run's max_length anyway)."""
-
-
-def function_source(prompt_id: str) -> str | None:
-    """The dedented source of the function a `packages` prompt was built from ("pkg/<module>.<name>"), or None when it
-    cannot be read here (the package is missing, or the function has no Python source)."""
-    if not prompt_id.startswith("pkg/"):
-        return None
-    module_name, _, name = prompt_id[len("pkg/") :].rpartition(".")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            function = getattr(importlib.import_module(module_name), name)
-        return textwrap.dedent(inspect.getsource(function))
-    except BaseException:  # not installed, renamed, C-implemented, or a module that exits at import
-        return None
-
-
-def anchor_text_rows(
-    prompt_ids: Iterable[str], excluded: Mapping[str, str]
-) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """(text_id, source) of the functions behind `prompt_ids`, in their order, and how many each filter dropped: no
-    source here, too short or long, a duplicate, or sharing a word 13-gram with one of the `excluded` texts."""
-    dropped = {"no source": 0, "length": 0, "duplicate": 0, "overlap": 0}
-    rows: dict[str, str] = {}
-    seen: set[str] = set()
-    for prompt_id in prompt_ids:
-        source = function_source(prompt_id)
-        if source is None:
-            dropped["no source"] += 1
-        elif not MIN_SOURCE_CHARS <= len(source) <= MAX_SOURCE_CHARS:
-            dropped["length"] += 1
-        elif source in seen:
-            dropped["duplicate"] += 1
-        else:
-            seen.add(source)
-            rows[prompt_id] = source
-    leaking = {overlap.candidate for overlap in find_overlaps(rows, excluded)}
-    dropped["overlap"] = len(leaking)
-    return [(text_id, text) for text_id, text in rows.items() if text_id not in leaking], dropped
-
-
-def evaluation_texts() -> dict[str, str]:
-    """The texts anchor texts must not share with: HumanEval's prompts and canonical solutions (the bench, the demo,
-    the NLL bar) and the `packages` test prompts (held-out tokens per forward)."""
-    from .function_prompts import package_prompt_set
-    from .humaneval import load_humaneval
-
-    texts = {}
-    for problem in load_humaneval():
-        texts[problem.task_id] = problem.prompt + problem.canonical_solution
-    texts.update(prompt_texts(package_prompt_set("test")))
-    return texts
-
-
-def write_anchor_text_file(path: str | os.PathLike[str] = ANCHOR_TEXT_SET) -> Path:
-    """Snapshots the sources of the `packages` train prompts' functions (`text_id`, `text`), in the prompts' order."""
-    from .function_prompts import package_prompt_set
-
-    rows, dropped = anchor_text_rows(package_prompt_set("train")["prompt_id"], evaluation_texts())
-    logger.info("%d anchor texts; dropped: %s", len(rows), dropped)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    datasets.Dataset.from_dict({"text_id": [r[0] for r in rows], "text": [r[1] for r in rows]}).to_parquet(str(tmp))
-    os.replace(tmp, out)
-    return out
 
 
 def load_anchor_texts(source: str, limit: int | None = None) -> datasets.Dataset:

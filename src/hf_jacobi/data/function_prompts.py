@@ -4,8 +4,9 @@ modules (`stdlib`, ~340 prompts) and of the installed packages (`packages`, thou
 Jacobi Forcing learns from the model's own answers, so what matters is many distinct prompts that look like real code
 requests, and none that look like the evaluation sets. The stdlib source alone holds ~340 prompts; walking the
 packages every hf_jacobi user has installed anyway (numpy, sympy, networkx, pandas, the Hugging Face stack, ...) gives
-thousands, offline. What is installed differs between machines, so the package walk was snapshot once
-(`write_prompt_file`) into `prompt_sets/packages.parquet`: the snapshot, not the walk, is the reproducible source.
+thousands, offline. What is installed differs between machines, so the package walk (the project's
+`lab/prompt_snapshots.py`) was snapshot once into `prompt_sets/packages.parquet`: the snapshot, not the walk, is the
+reproducible source.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import ast
 import importlib
 import inspect
 import logging
-import os
-import pkgutil
 import random
 import re
 import textwrap
@@ -129,108 +128,12 @@ def rows_dataset(rows: list[tuple[str, str]]) -> datasets.Dataset:
     )
 
 
-# Packages walked, in this order; the first prompt of a function name wins, so stdlib entries come first.
-PACKAGES = (
-    "stdlib", "numpy", "sympy", "networkx", "pandas", "scipy", "jinja2", "packaging", "dateutil", "pygments",
-    "markdown_it", "rich", "click", "yaml", "requests", "urllib3", "idna", "filelock", "fsspec", "huggingface_hub",
-    "datasets", "accelerate", "peft", "trl", "transformers.utils", "transformers.generation", "hypothesis",
-)  # fmt: skip
-# Pure-Python stdlib modules with many documented functions (C modules have no usable signatures).
-STDLIB_TOP = (
-    "ast", "base64", "bisect", "calendar", "codecs", "colorsys", "configparser", "copy", "csv", "dataclasses",
-    "datetime", "decimal", "difflib", "email", "fnmatch", "fractions", "ftplib", "functools", "genericpath",
-    "getopt", "gettext", "glob", "gzip", "heapq", "hmac", "html", "http", "imaplib", "inspect", "ipaddress", "json",
-    "linecache", "locale", "logging", "mailbox", "mimetypes", "netrc", "ntpath", "numbers", "operator", "optparse",
-    "os", "pathlib", "pickle", "pkgutil", "platform", "plistlib", "poplib", "posixpath", "pprint", "pydoc", "quopri",
-    "random", "re", "reprlib", "sched", "secrets", "selectors", "shlex", "shutil", "smtplib", "socket",
-    "statistics", "string", "subprocess", "sysconfig", "tarfile", "tempfile", "textwrap", "threading", "timeit",
-    "tokenize", "trace", "traceback", "types", "typing", "urllib", "uu", "uuid", "warnings", "wave", "weakref",
-    "wsgiref", "xml", "zipfile", "zipimport",
-)  # fmt: skip
-SKIP_PARTS = ("test", "tests", "testing", "_vendor", "vendored", "conftest", "__main__", "setup", "benchmarks")
-MAX_DOCSTRING_CHARS = 1200
-MAX_MODULES_PER_PACKAGE = 400
 PROMPT_SET = Path(__file__).parent / "prompt_sets" / "packages.parquet"
-"""The snapshot `write_prompt_file` wrote on the machine that collected the shipped trajectories."""
+"""The snapshot of the installed packages' walk (`lab/prompt_snapshots.py`) taken on the machine that collected the
+shipped trajectories."""
 HELD_OUT = 256
 """The snapshot's first prompts are kept out of training; the `test` split is drawn from them."""
 INSTRUCTION_LINE = STDLIB_INSTRUCTION
-
-
-def _modules(package: str) -> list[str]:
-    """The importable module names of `package` (itself first), skipping tests and private modules."""
-    if package == "stdlib":
-        names: list[str] = []
-        for top in STDLIB_TOP:
-            names.extend(_modules(top))
-        return names
-    try:
-        root = importlib.import_module(package)
-    except Exception:  # not installed, or broken: the source just has fewer prompts
-        return []
-    names = [package]
-    path = getattr(root, "__path__", None)
-    if path is None:
-        return names
-    for info in pkgutil.walk_packages(path, prefix=f"{package}.", onerror=lambda _: None):
-        parts = info.name.split(".")
-        if any(p.startswith("_") or p in SKIP_PARTS for p in parts[1:]):
-            continue
-        names.append(info.name)
-        if len(names) >= MAX_MODULES_PER_PACKAGE:
-            break
-    return names
-
-
-def package_prompt_rows(packages: tuple[str, ...] = PACKAGES) -> list[tuple[str, str]]:
-    """(prompt_id, text) for every usable documented function, one per function name and per docstring."""
-    excluded = humaneval_entry_points()
-    rows: dict[str, str] = {}
-    seen_names: set[str] = set()
-    seen_docs: set[str] = set()
-    for package in packages:
-        before = len(rows)
-        for module_name in _modules(package):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    module = importlib.import_module(module_name)
-            except BaseException:  # some modules exit or need optional extras at import
-                continue
-            for name, value in sorted(vars(module).items()):
-                if name.startswith("_") or not inspect.isfunction(value) or value.__module__ != module_name:
-                    continue
-                if name in excluded or name in seen_names:
-                    continue
-                doc = inspect.cleandoc(value.__doc__ or "")
-                if len(doc) > MAX_DOCSTRING_CHARS or doc in seen_docs:
-                    continue
-                short = module_name.rsplit(".", 1)[-1]
-                text = _stdlib_function_prompt(short, name, value)
-                if text is None:
-                    continue
-                seen_names.add(name)
-                seen_docs.add(doc)
-                rows[f"pkg/{module_name}.{name}"] = text
-        logger.info("%s: %d prompts", package, len(rows) - before)
-    return sorted(rows.items())
-
-
-def write_prompt_file(path: str | os.PathLike[str], *, seed: int = 0) -> Path:
-    """Snapshots the package prompts to a parquet file (`prompt_id`, `messages`), shuffled by `seed`."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    package_prompts(seed=seed).to_parquet(str(tmp))
-    os.replace(tmp, out)
-    return out
-
-
-def package_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
-    """The package prompts as a dataset, walking what is installed here (for the shipped snapshot: `package_prompt_set`)."""
-    rows = package_prompt_rows()
-    random.Random(seed).shuffle(rows)
-    return rows_dataset(rows[:limit] if limit is not None else rows)
 
 
 def package_prompt_set(split: str = "train", limit: int | None = None) -> datasets.Dataset:

@@ -69,11 +69,6 @@ def load_humaneval(limit: int | None = None) -> list[HumanEvalProblem]:
     return problems
 
 
-def humaneval_prompts(count: int) -> list[tuple[str, str]]:
-    """(task_id, prompt) of the first `count` problems (fewer if it has fewer), for runs that only decode."""
-    return [(problem.task_id, problem.prompt) for problem in load_humaneval(count)]
-
-
 def chat_prompt(problem: HumanEvalProblem) -> str:
     """The user turn that asks an instruct model for a problem's solution."""
     return f"{CHAT_INSTRUCTION}\n\n```python\n{problem.prompt}```"
