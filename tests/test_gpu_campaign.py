@@ -227,3 +227,70 @@ def test_wilson_interval():
     assert judging.wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
     assert judging.wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
     assert judging.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_a_failed_or_stopped_job_brings_back_the_end_of_its_log(tmp_path):
+    """The jobs' logs stay on the lent machine; what a failure printed last must come back in campaign.json."""
+    from campaign.runner import Job, run_jobs
+
+    def job(name: str, code: str) -> Job:
+        return Job(name, [sys.executable, "-c", code], lambda: 0, tmp_path / f"{name}.log")
+
+    crash = "import sys; print('x' * 5000); print('CUDA error: out of memory'); sys.exit(3)"
+    hang = "import time; print('still warming up', flush=True); time.sleep(60)"
+    results = run_jobs(
+        [job("ok", "print('fine')"), job("crash", crash), job("hang", hang)], time.monotonic() + 8, False
+    )
+    assert results["ok"]["exit_code"] == 0 and "log_tail" not in results["ok"]
+    assert results["crash"]["exit_code"] == 3 and results["crash"]["log_tail"].endswith("CUDA error: out of memory\n")
+    assert len(results["crash"]["log_tail"]) == 3000
+    assert results["hang"]["exit_code"] == "stopped" and "still warming up" in results["hang"]["log_tail"]
+
+    def fails() -> int:
+        raise ValueError("bad flag --xyz")
+
+    (inline,) = run_jobs([Job("inline", [], fails, tmp_path / "inline.log")], time.monotonic() + 8, True).values()
+    assert inline["exit_code"] == 1 and "ValueError: bad flag --xyz" in inline["log_tail"]
+
+
+def test_magpie_sampling_skips_an_empty_batch_but_not_a_device_error(monkeypatch):
+    from campaign import prompts
+
+    settings = prompts.PromptSettings(num_prompts=4, judge_prompts=1, batch_size=2, packages=0)
+    monkeypatch.setattr(prompts, "magpie_prompts", _raises(RuntimeError("kept 0 of 1 instructions after 1 batches")))
+    assert prompts._sample_batch(None, None, settings, CollectingFilter(), 0) == []
+    monkeypatch.setattr(prompts, "magpie_prompts", _raises(torch.cuda.OutOfMemoryError("CUDA out of memory")))
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        prompts._sample_batch(None, None, settings, CollectingFilter(), 0)
+
+
+def _raises(error: Exception):
+    def call(*args, **kwargs):
+        raise error
+
+    return call
+
+
+def test_without_a_judged_winner_the_most_trained_variant_comes_back_unjudged(tmp_path):
+    """Every judge failed or ran out of time: the window's training still comes back, marked unjudged."""
+    from campaign.budget import Manifest
+    from campaign.stages import Campaign
+
+    campaign = Campaign.__new__(Campaign)
+    campaign.out, campaign.work, campaign.variants = tmp_path / "out", tmp_path / "work", ["lora-r16", "full"]
+    campaign.out.mkdir()
+    campaign.manifest = Manifest(campaign.out / "campaign.json")
+    variants = {}
+    for name, steps in (("lora-r16", 40), ("full", 25)):
+        judged = tmp_path / "judged" / name
+        judged.mkdir(parents=True)
+        (judged / "adapter_model.safetensors").write_bytes(b"w" * 1000)
+        (campaign.work / "runs" / name).mkdir(parents=True)
+        variants[name] = {"steps": steps, "judged": {"folder": str(judged)}}
+    campaign.manifest.update("stages", "training", value={"variants": variants})
+    campaign.manifest.update("stages", "judging", value={"winner": None})
+    campaign.stage_bundle(StageTimer(Budget(60.0), "bundle", time.monotonic() + 30))
+    record = json.loads((campaign.out / "campaign.json").read_text())["stages"]["bundle"]
+    assert record["winner"] == record["unjudged"] == "lora-r16" and record["winner_files"] == ["winner.tar"]
+    with tarfile.open(campaign.out / "winner.tar") as tar:
+        assert any(name.endswith("adapter_model.safetensors") for name in tar.getnames())

@@ -239,11 +239,11 @@ def run_one(setting: Setting, args: argparse.Namespace, deadline: float, log: An
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "row.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", setting.name, "--result", str(result)]
-        child = subprocess.Popen(command + flags, stdout=log, stderr=log, start_new_session=True)
+        child = subprocess.Popen(command + flags, stdout=log, stderr=log, process_group=0)
         try:
             code = child.wait(timeout=deadline)
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)  # its own session: the child and whatever it started
+            os.killpg(child.pid, signal.SIGKILL)  # its own process group: the child and whatever it started
             child.wait()
             return {**row, "status": "deadline", "why": f"killed at its deadline of {deadline:.0f} s"}
         if result.is_file():

@@ -24,12 +24,14 @@ STAGES = ("prompts", "trajectories", "training", "judging", "bundle")
 DEFAULT_SHARES: dict[str, float] = {
     "prompts": 0.14,
     "trajectories": 0.24,
-    "training": 0.40,
-    "judging": 0.20,
+    "training": 0.32,
+    "judging": 0.28,
     "bundle": 0.02,
 }
 """Each stage's share of the budget; training and judging also run side by side (the base is judged while the
-variants train), so their shares are what they need beyond that."""
+variants train), so their shares are what they need beyond that. Judging gets more than a first guess would give it:
+each variant's judge decodes a few hundred requests in float32 with the speed runs after them, about 80 s on an H200
+for the earlier sweep's half-size jobs' pace, and without a finished judge no weights come back."""
 
 
 @dataclass

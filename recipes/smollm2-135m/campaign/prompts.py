@@ -11,7 +11,6 @@ judging set are dropped, and the final sets are checked again and refused if any
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -189,7 +188,7 @@ def _next_batch(prompt_set: PromptSet) -> int:
 
 def _sample_batch(model, tokenizer, settings: PromptSettings, keep: CollectingFilter, batch: int) -> list[str]:
     """One generate call of `settings.batch_size` Magpie samples; the instructions `keep` accepted from it."""
-    with contextlib.suppress(RuntimeError):  # raised when no row of the batch was kept: nothing to add
+    try:
         magpie_prompts(
             model,
             tokenizer,
@@ -203,6 +202,9 @@ def _sample_batch(model, tokenizer, settings: PromptSettings, keep: CollectingFi
             max_batches=1,
             progress=False,
         )
+    except RuntimeError as error:  # "kept 0 of 1 ...": no row of the batch was kept, nothing to add
+        if not str(error).startswith("kept "):
+            raise  # a CUDA error or out of memory is not an empty batch
     return keep.take()
 
 

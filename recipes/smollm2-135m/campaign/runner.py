@@ -39,24 +39,45 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "hf_jacobi.cli", *args]
 
 
+LOG_TAIL_CHARS = 3000
+"""How much of a failed job's log its result carries: the job logs stay on the lent machine, campaign.json comes back."""
+
+
 def job_environment() -> dict[str, str]:
     """A job's environment: the Hub offline (a lent GPU reaches nothing: no lookup waits on a network timeout), and
-    on a CPU one torch thread per job, since jobs side by side with a thread per core each run many times slower."""
+    few torch threads per job (one on a CPU, two beside a GPU), since jobs side by side with a thread per core each
+    run many times slower: up to five of them, their data-loader and sandbox workers share the GPU machine's 16 cores."""
     import torch
 
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    if not torch.cuda.is_available():
-        environment["OMP_NUM_THREADS"] = environment["MKL_NUM_THREADS"] = "1"
+    environment["OMP_NUM_THREADS"] = environment["MKL_NUM_THREADS"] = "2" if torch.cuda.is_available() else "1"
     return environment
 
 
+def log_tail(log: Path) -> str:
+    """The end of a job's log (what a failure prints last), or a note that it wrote none."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return f"(no log at {log})"
+    return text[-LOG_TAIL_CHARS:]
+
+
+def with_log_tails(results: dict[str, dict], logs: dict[str, Path]) -> dict[str, dict]:
+    """`results` with the tail of its log added to each job that did not exit 0 (stopped ones included)."""
+    for name, result in results.items():
+        if result["exit_code"] != 0 and name in logs:
+            result["log_tail"] = log_tail(logs[name])
+    return results
+
+
 def start(job: Job) -> subprocess.Popen:
-    """Starts a job in its own process group (a deadline stops it and whatever it started), output to its log."""
+    """Starts a job in its own process group (a deadline stops it and whatever it started), output to its log. Not a
+    session of its own: a job must end with the call that started it, and a lent machine's runner ends the call's
+    session, not what left it."""
     job.log.parent.mkdir(parents=True, exist_ok=True)
     with job.log.open("w") as log:
-        return subprocess.Popen(
-            job.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=job_environment()
-        )
+        return subprocess.Popen(job.argv, stdout=log, stderr=subprocess.STDOUT, process_group=0, env=job_environment())
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -98,7 +119,10 @@ def run_inline(job: Job) -> dict:
 
 
 def run_jobs(jobs: list[Job], deadline: float, inline: bool) -> dict[str, dict]:
-    """All jobs to the end or `deadline`: side by side as processes, or one after another in this process."""
+    """All jobs to the end or `deadline`: side by side as processes, or one after another in this process; a job that
+    failed or was stopped carries the tail of its log."""
     if inline:
-        return {job.name: run_inline(job) for job in jobs}
-    return wait_all({job.name: start(job) for job in jobs}, deadline)
+        results = {job.name: run_inline(job) for job in jobs}
+    else:
+        results = wait_all({job.name: start(job) for job in jobs}, deadline)
+    return with_log_tails(results, {job.name: job.log for job in jobs})

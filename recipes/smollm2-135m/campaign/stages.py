@@ -24,7 +24,7 @@ from .budget import Budget, Manifest, StageTimer
 from .bundle import check_limits, pack_winner
 from .lowrank import svd_adapter, to_bfloat16
 from .prompts import PromptSet, PromptSettings, build_prompt_set
-from .runner import SCRIPT, Job, cli, run_jobs, start, wait_all
+from .runner import SCRIPT, Job, cli, run_jobs, start, wait_all, with_log_tails
 from .trajectories import (
     TrajectorySettings,
     collect_stage,
@@ -219,7 +219,8 @@ class Campaign:
         base_dir = self.work / "quality" / "base"
         record: dict[str, Any] = {}
         if self._base_judge is not None:
-            record["base"] = wait_all({"base": self._base_judge}, timer.deadline)["base"]
+            ended = wait_all({"base": self._base_judge}, timer.deadline)
+            record["base"] = with_log_tails(ended, {"base": self._base_judge_job().log})["base"]
         elif not self.inline:
             record["base"] = run_jobs([self._base_judge_job()], timer.deadline, self.inline)["base"]
         trained = self.manifest.data.get("stages", {}).get("training", {}).get("variants", {})
@@ -240,16 +241,23 @@ class Campaign:
 
     def stage_bundle(self, timer: StageTimer) -> None:
         """Every run's log in the record, the winner's weights (with its log) and a check that the output folder fits
-        one call's return."""
+        one call's return. Where no variant was judged (every judge failed or ran out of time), the weights of the one
+        that trained most steps come back instead, marked unjudged, so that the window's training is not lost."""
         logs = {name: training.train_log(run) for name, run in self.runs().items() if run.is_dir()}
         winner = self.manifest.data.get("stages", {}).get("judging", {}).get("winner")
+        unjudged = None
+        if winner is None:
+            trained = self.manifest.data.get("stages", {}).get("training", {}).get("variants", {})
+            ready = {name: v.get("steps") or 0 for name, v in trained.items() if v.get("judged")}
+            winner = unjudged = max(ready, key=ready.get) if ready else None
         files: list[str] = []
         if winner is not None:
             run = self.runs()[winner]
             weights = Path(self.manifest.data["stages"]["training"]["variants"][winner]["judged"]["folder"])
             files = [p.name for p in pack_winner(weights, [run / "train.log", run / "trainer_state.json"], self.out)]
         problems = check_limits(self.out)
-        self.record("bundle", timer.record(winner=winner, winner_files=files, problems=problems, train_logs=logs))
+        record = timer.record(winner=winner, unjudged=unjudged, winner_files=files, problems=problems, train_logs=logs)
+        self.record("bundle", record)
 
 
 def _cli_main(arguments: list[str]) -> int:
