@@ -21,6 +21,7 @@ from safetensors.torch import save as safetensors_bytes
 from transformers import Gemma2Config, T5Config
 
 from hf_jacobi import atomic, cli
+from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
 from hf_jacobi.gguf_cache import GGUF_PACKAGE, MODEL_SUBDIR
 from tiny_models import TINY_CONFIG, tiny_model, tiny_tokenizer
 
@@ -77,6 +78,19 @@ def read_only_corrupt_cache(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             return real(*args, dir=dir, **kwargs)
 
         monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp)
+
+
+def other_model_trajectories(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """{tmp}/other: one trajectory of a model whose token ids (200) overrun the tiny checkpoint's 128-token vocabulary."""
+    import datasets
+
+    from hf_jacobi.data.trajectory_schema import TRAJECTORY_FEATURES, TrajectoryRow
+
+    (tmp / "other").mkdir()
+    (tmp / "other" / "collection.json").write_text('{"model": "org/other"}')
+    row = TrajectoryRow("p/0", [1, 200], [200, 2], 2, [[[5, 6], [200, 2]]], [[200, 2]], 1).to_dict()
+    shard = tmp / "other" / "trajectories-r000-00000.parquet"
+    datasets.Dataset.from_list([row], features=TRAJECTORY_FEATURES).to_parquet(shard)
 
 
 @dataclass
@@ -260,6 +274,55 @@ CASES = {
     "collect from an evaluation set": Case(
         ["collect", "--prompts", "humaneval", "--output_dir", "{tmp}/traj"], "'humaneval' is an evaluation set"
     ),
+    "quality --rename without --merge": Case(
+        ["quality", "--rename", "a=b", "--output-dir", "{tmp}/q"],
+        "--rename a=b relabels the adapters of --merge runs: add --merge",
+    ),
+    "push a --repo-id that is not one": Case(
+        ["push", "{ck}", "--repo-id", "my model", "--dry-run", "--output-dir", "{tmp}/rendered"],
+        "--repo-id 'my model' is not a Hub repository id",
+    ),
+    "push a --recipe that is not there": Case(
+        ["push", "{ck}", "--repo-id", "me/m", "--dry-run", "--output-dir", "{tmp}/r", "--recipe", "{tmp}/none.yaml"],
+        "--recipe '{tmp}/none.yaml' is not a file",
+    ),
+    "export-weights into the adapter folder itself": Case(
+        ["export-weights", "{tmp}/ad", "--output-dir", "{tmp}/ad"],
+        "--output-dir '{tmp}/ad' is the adapter folder being exported",
+        {"ad/adapter_config.json": b"{}", "ad/adapter_model.safetensors": safetensors_bytes({})},
+    ),
+    "export-weights into a folder holding other files": Case(
+        ["export-weights", "{tmp}/ad", "--output-dir", "{tmp}/out"],
+        "--output-dir '{tmp}/out' holds files an export does not write (notes.txt)",
+        {"ad/adapter_config.json": b"{}", "ad/adapter_model.safetensors": b"", "out/notes.txt": b"mine"},
+    ),
+    "collect --config that is not YAML": Case(
+        ["collect", "--config", "{tmp}/r.yaml"], "--config '{tmp}/r.yaml' is not valid YAML", {"r.yaml": b"a: [b\n"}
+    ),
+    "collect --config with a misspelt key": Case(
+        ["collect", "--config", "{tmp}/r.yaml"],
+        "has unknown key(s) blocksize (did you mean block_size?)",
+        {"r.yaml": b"blocksize: 2\n"},
+    ),
+    "collect --config not there": Case(["collect", "--config", "{tmp}/none.yaml"], "'{tmp}/none.yaml' is not a file"),
+    "collect a misspelt flag": Case(
+        ["collect", "--blocksize", "2", "--output_dir", "{tmp}/traj"],
+        "unknown argument(s) --blocksize (did you mean --block_size?)",
+    ),
+    "evaluate --batch_size 0": Case(["evaluate", "--batch_size", "0"], "batch_size must be an integer >= 1, got 0"),
+    "evaluate --adapter and --trained_model": Case(
+        ["evaluate", "--adapter", "{tmp}/a", "--trained_model", "{ck}"], "both name the trained model"
+    ),
+    "train on trajectories of another model's vocabulary": Case(
+        ["train", "--trajectories", "{tmp}/other", *STEPS["train"][0][3:], "--model_name_or_path", "{ck}"],
+        "--trajectories {tmp}/other hold token id 200, past the 128-token vocabulary of --model_name_or_path '{ck}': "
+        "they were collected with another model (org/other)",
+        setup=other_model_trajectories,
+    ),
+    "generate with an adapter of another base model": Case(
+        ["generate", "hi", "--model", "{ck}", "--adapter", str(JACOBI_FORCING_WEIGHTS)],
+        "does not fit this model: it was trained for another base model (size mismatch",
+    ),
     **MODEL_CASES,
 }
 
@@ -320,3 +383,17 @@ def test_debug_shows_the_traceback(how, tmp_path, checkpoint, monkeypatch, capsy
     assert "Traceback (most recent call last)" in err
     assert "DatasetGenerationError" in err  # the cause is kept in the chain
     assert err.rstrip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize("argv", [["generate", "hi"], ["collect"]])
+def test_ctrl_c_is_one_line_and_exit_code_130(argv, monkeypatch, capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.delenv("HF_JACOBI_DEBUG", raising=False)
+    monkeypatch.setattr(cli.generate, "run_generate", interrupted)
+    monkeypatch.setattr("hf_jacobi.cli.collect.run_collect", interrupted)
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip() == "error: interrupted (Ctrl-C)"

@@ -186,3 +186,10 @@ def test_a_call_turning_recycling_off_drops_the_verify_size_the_checkpoint_tuned
     assert JacobiConfig.from_generation_config(tuned).candidates_per_step == 2  # kept while the pool is on
     with pytest.raises(ValueError, match="jacobi_verify_size=2 has no effect without recycling"):
         JacobiConfig.from_generation_config(tuned, ngram_pool_size=0, verify_size=2)
+
+
+def test_inputs_embeds_alone_is_refused_before_any_forward(model, prompt):
+    ids, mask = prompt
+    embeds = model.get_input_embeddings()(ids)
+    with pytest.raises(ValueError, match="pass input_ids, not inputs_embeds alone"):
+        model.generate(inputs_embeds=embeds, attention_mask=mask, max_new_tokens=4, decoding="jacobi")

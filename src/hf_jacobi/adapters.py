@@ -28,6 +28,24 @@ def adapter_folder_problem(folder: str | os.PathLike[str]) -> str | None:
 MAX_SHIPPED_BYTES = 25 * 1024**2
 
 
+def export_target_problem(adapter: str | os.PathLike[str], target: str | os.PathLike[str]) -> str | None:
+    """What is wrong with `target` as the folder `export_adapter` replaces, phrased to follow its name; None for a new
+    or empty folder, or an earlier export (nothing in it but what an export writes)."""
+    from .checkpoint import TRAINING_RECORD
+
+    target = Path(target)
+    if target.resolve() == Path(adapter).resolve():
+        return "is the adapter folder being exported; give another folder"
+    written = {*ADAPTER_FILES, "generation_config.json", TRAINING_RECORD}
+    others = sorted(p.name for p in target.iterdir() if p.name not in written) if target.is_dir() else []
+    if others:
+        return (
+            f"holds files an export does not write ({', '.join(others[:5])}), which replacing it would delete; give "
+            "a new or empty folder, or an earlier export's"
+        )
+    return None
+
+
 def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
     """The model with a PEFT adapter merged in (plain weights again, so decoding pays nothing for it), carrying the
     adapter folder's Jacobi settings from its generation_config.json when it has one.
@@ -46,7 +64,14 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
 
     from .decoding.config import JacobiConfig
 
-    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    try:
+        merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    except (RuntimeError, ValueError) as error:  # shapes or module names of another base model
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        detail = next((line for line in lines if line.startswith("size mismatch")), lines[0] if lines else "")
+        raise ModelNotAvailableError(
+            f"the adapter in {folder} does not fit this model: it was trained for another base model ({detail})"
+        ) from error
     merged.eval()
     if (folder / "generation_config.json").is_file():
         JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(folder)).write_to(
@@ -77,6 +102,8 @@ def export_adapter(
         raise ValueError(f"the adapter in {adapter} is {size / 2**20:.1f} MiB, over the {MAX_SHIPPED_BYTES >> 20} MiB "
                          "allowed as package data; train a lower LoRA rank")  # fmt: skip
     target = Path(target)
+    if problem := export_target_problem(adapter, target):
+        raise ValueError(f"the output folder {str(target)!r} {problem}")
     if target.is_dir():  # a new export replaces the old one (a developer step: the old one is in git)
         shutil.rmtree(target)
     with atomic_folder(target) as staging:

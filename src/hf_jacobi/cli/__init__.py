@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from . import bench, demo, export, generate, magpie, push, quality, recipe, tune
-from .common import USER_ERRORS, debug_requested, report_error
+from .common import USER_ERRORS, debug_requested, report_error, report_interrupt
 
 COMMANDS = (generate, demo, bench, quality, tune, push, recipe, export, magpie)
 """Command modules, each with `add_parser(commands)` that registers its flags and its runner as `handler` (the recipe
@@ -68,3 +68,5 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
             return args.handler(args)
     except USER_ERRORS as error:
         return report_error(error, debug)
+    except KeyboardInterrupt as error:
+        return report_interrupt(error, debug)

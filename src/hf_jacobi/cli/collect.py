@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from ..adapters import apply_adapter
 from ..atomic import check_writable
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES
 from ..loading import EMBEDDED, process_state
-from .recipe_args import PromptArguments, check_model_arguments, load_model_and_tokenizer
+from .recipe_args import PromptArguments, check_model_arguments, load_model_and_tokenizer, parse_step_arguments
 
 
 @dataclass
@@ -45,8 +45,7 @@ class CollectArguments(PromptArguments):
 
 
 def run_collect(argv: list[str]) -> int:
-    parser = TrlParser((CollectArguments, ModelConfig))
-    args, model_args = parser.parse_args_and_config(args=argv)
+    args, model_args = parse_step_arguments("collect", (CollectArguments, ModelConfig), argv)
     check_model_arguments(model_args, adapter=args.adapter)
     source = PROMPT_SOURCES.get(args.prompts)
     if source is not None and source.evaluation_only:

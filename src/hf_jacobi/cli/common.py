@@ -50,6 +50,20 @@ def report_error(error: BaseException, debug: bool) -> int:
     return 1
 
 
+INTERRUPTED = 130
+"""The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+
+def report_interrupt(error: KeyboardInterrupt, debug: bool) -> int:
+    """A command stopped by Ctrl-C: one line (the traceback only when `debug`) and exit code 130. The commands write
+    their outputs under a temporary name and rename them when complete, so what an interrupted command leaves is the
+    previous state or, for `collect` and `train`, the shards and checkpoints it completed, from which they resume."""
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+    print("error: interrupted (Ctrl-C)", file=sys.stderr)
+    return INTERRUPTED
+
+
 def writable_output(path: Path, flag: str, folder: bool = True) -> Path:
     """`path` once it is known to be writable, checked before any model is loaded or anything measured: a run must
     not be lost to an output path that was wrong from the start."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from ..adapters import apply_adapter
 from ..atomic import check_writable, write_text
@@ -16,6 +16,7 @@ from .recipe_args import (
     check_model_name,
     jacobi_variants,
     load_model_and_tokenizer,
+    parse_step_arguments,
 )
 
 
@@ -38,14 +39,25 @@ class EvaluateArguments(PromptArguments):
         metadata={"help": "Also score the NLL per token of HumanEval's 164 canonical solutions under each model."},
     )
 
+    def __post_init__(self) -> None:
+        """Refuses counts a run could not use and two trained models at once, before any model loads."""
+        for name in ("block_size", "max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if self.adapter is not None and self.trained_model is not None:
+            raise ValueError(
+                f"adapter={self.adapter!r} and trained_model={self.trained_model!r} both name the trained model: "
+                "give one (run evaluate once per trained model)."
+            )
+
 
 def run_evaluate(argv: list[str]) -> int:
     """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
     greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
     from ..training.evaluation import canonical_solution_nll, evaluate_model
 
-    parser = TrlParser((EvaluateArguments, ModelConfig))
-    args, model_args = parser.parse_args_and_config(args=argv)
+    args, model_args = parse_step_arguments("evaluate", (EvaluateArguments, ModelConfig), argv)
     check_model_arguments(model_args, adapter=args.adapter)
     check_model_name(args.trained_model, "--trained_model")
     settings = jacobi_variants(args.settings, args.block_size)

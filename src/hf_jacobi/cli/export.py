@@ -17,11 +17,14 @@ from .common import CliError, add_jacobi_setting_flags, jacobi_config, writable_
 
 
 def run_export_command(args: argparse.Namespace) -> int:
-    from ..adapters import JACOBI_FORCING_WEIGHTS, export_adapter
+    from ..adapters import JACOBI_FORCING_WEIGHTS, export_adapter, export_target_problem
     from ..checkpoint import base_generation_config
 
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
     writable_output(target, "--output-dir", folder=True)
+    if problem := export_target_problem(args.adapter, target):
+        what = "--output-dir" if args.output_dir else "the default --output-dir (the package's weights)"
+        raise CliError(f"{what} {str(target)!r} {problem}")
     try:
         jacobi = jacobi_config(args, base_generation_config(args.adapter) if args.adapter.is_dir() else None)
         folder = export_adapter(args.adapter, target, jacobi)

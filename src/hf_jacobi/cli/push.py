@@ -9,9 +9,19 @@ from .common import CliError, add_jacobi_setting_flags, jacobi_config
 
 
 def run_push_command(args: argparse.Namespace) -> int:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
     from ..checkpoint import base_generation_config
     from ..hub.push import publish_checkpoint
 
+    try:  # a bad id would be rendered into a dry run's card, or fail only once the folder is staged
+        validate_repo_id(args.repo_id)
+    except HFValidationError as error:
+        raise CliError(f"--repo-id {args.repo_id!r} is not a Hub repository id (expected owner/name)") from error
+    for recipe in args.recipe:
+        if not recipe.is_file():
+            raise CliError(f"--recipe {str(recipe)!r} is not a file (expected a recipe YAML to show on the card)")
     try:
         # The checkpoint's own defaults (e.g. from `hf-jacobi tune`), with the flags given on top.
         jacobi = jacobi_config(args, base_generation_config(args.checkpoint))

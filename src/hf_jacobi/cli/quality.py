@@ -40,6 +40,8 @@ def _check_inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     from ..bench.common import VARIANTS
     from ..data.prompts import load_prompts
 
+    if args.rename:
+        raise CliError(f"--rename {' '.join(args.rename)} relabels the adapters of --merge runs: add --merge")
     writable_output(args.output_dir, "--output-dir", folder=True)
     adapters = _adapters(args.adapters)
     for label, folder in adapters:

@@ -10,7 +10,7 @@ Each step's arguments and runner live in its own module (`collect`, `train`, `ev
 
 from __future__ import annotations
 
-from .common import USER_ERRORS, report_error
+from .common import USER_ERRORS, report_error, report_interrupt
 
 STEPS = {
     "collect": "record Jacobi trajectories over a prompt set (hf-jacobi collect --help)",
@@ -38,6 +38,8 @@ def run_step(step: str, argv: list[str], debug: bool = False) -> int:
         return handler(argv)
     except (*USER_ERRORS, *SETTING_ERRORS) as error:
         return report_error(error, debug)
+    except KeyboardInterrupt as error:
+        return report_interrupt(error, debug)
 
 
 def add_parser(commands) -> None:

@@ -9,8 +9,10 @@ accepted. All three run under `accelerate launch` as well as alone.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 from trl import ModelConfig
@@ -52,6 +54,37 @@ class PromptArguments:
         if self.skip_prompts >= len(prompts):
             raise ValueError(f"skip_prompts={self.skip_prompts} leaves none of the {len(prompts)} prompts.")
         return prompts.select(range(self.skip_prompts, len(prompts)))
+
+
+def parse_step_arguments(step: str, dataclass_types: tuple, argv: list[str]) -> tuple:
+    """The step's dataclasses from `argv` by TRL's parser (a `--config` YAML recipe, then the flags); a recipe that is
+    not there or not YAML, or a key or flag no dataclass has, is a one-line `CliError` naming it (and the nearest
+    accepted name), before anything runs."""
+    import yaml
+    from trl import TrlParser
+
+    config = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    if config is not None and not Path(config).is_file():
+        raise CliError(f"--config {config!r} is not a file (expected a YAML recipe)")
+    parser = TrlParser(dataclass_types)
+    try:
+        *parsed, from_config, from_flags = parser.parse_args_and_config(
+            args=list(argv), return_remaining_strings=True, separate_remaining_strings=True
+        )
+    except yaml.YAMLError as error:
+        raise CliError(f"--config {config!r} is not valid YAML ({' '.join(str(error).split())})") from error
+    accepted = [option for option in parser._option_string_actions if option.startswith("--")]
+    for where, leftover, key in (
+        (f"--config {config!r} has unknown key(s)", from_config, True),
+        ("unknown argument(s)", from_flags, False),
+    ):
+        names = [s for s in leftover if s.startswith("-")] or leftover
+        if names:
+            hints = [hint for name in names for hint in difflib.get_close_matches(name, accepted, n=1)]
+            shown = ", ".join(name.lstrip("-") if key else name for name in names)
+            guess = f" (did you mean {', '.join(h.lstrip('-') if key else h for h in hints)}?)" if hints else ""
+            raise CliError(f"{where} {shown}{guess}; the accepted ones: hf-jacobi {step} --help")
+    return tuple(parsed)
 
 
 def check_model_name(name: str | None, flag: str) -> None:

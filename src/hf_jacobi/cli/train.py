@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, get_peft_config
 
 from ..adapters import adapter_folder_problem
 from ..atomic import check_writable, staged_files
@@ -21,7 +21,8 @@ from ..data.prompts import encode_prompts, load_prompts
 from ..training.config import JacobiForcingConfig
 from ..training.stopping import checkpoint_step
 from ..training.trainer import JacobiForcingTrainer
-from .recipe_args import jacobi_variants, load_model_and_tokenizer
+from .common import CliError
+from .recipe_args import jacobi_variants, load_model_and_tokenizer, parse_step_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -200,9 +201,30 @@ def resolve_checkpoint(output_dir: str, value: str | bool | None) -> str | None:
     return str(complete[0])
 
 
+def check_token_ids(dataset: datasets.Dataset, model, folders: list[str], name: str | None) -> None:
+    """Refuses trajectories with token ids past the model's vocabulary (collected with another model's tokenizer)
+    before training starts, where the embedding would fail on them in the first step."""
+    import json
+
+    import pyarrow.compute as pc
+
+    size = model.get_input_embeddings().num_embeddings
+    ids = (pc.max(pc.list_flatten(dataset.data.column(c))).as_py() for c in ("prompt_ids", "completion_ids"))
+    top = max((i for i in ids if i is not None), default=-1)
+    if top >= size:
+        records = [Path(folder) / "collection.json" for folder in folders]
+        sources = sorted({json.loads(r.read_text()).get("model", "?") for r in records if r.is_file()})
+        raise CliError(
+            f"--trajectories {' '.join(folders)} hold token id {top}, past the {size}-token vocabulary of "
+            f"--model_name_or_path {name or 'embedded'!r}: they were collected with another model ({', '.join(sources)});"
+            " collect trajectories with the model you train"
+        )
+
+
 def run_train(argv: list[str]) -> int:
-    parser = TrlParser((TrainScriptArguments, JacobiForcingConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    script_args, training_args, model_args = parse_step_arguments(
+        "train", (TrainScriptArguments, JacobiForcingConfig, ModelConfig), argv
+    )
     check_writable(training_args.output_dir, folder=True, what="--output_dir")
     checkpoint = resolve_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint)
     stop = training_args.stop_after_steps
@@ -222,6 +244,7 @@ def run_train(argv: list[str]) -> int:
     peft_config = get_peft_config(model_args)
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
+    check_token_ids(dataset, model, script_args.trajectories, model_args.model_name_or_path)
     eval_dataset = None
     if script_args.eval_fraction:
         if not 0 < script_args.eval_fraction < 1:

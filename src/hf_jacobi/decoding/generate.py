@@ -82,6 +82,10 @@ def generate_with_jacobi(
         raise ValueError(
             "decoding='jacobi' drafts by itself: assistant_model and prompt_lookup_num_tokens must be unset."
         )
+    if kwargs.get("inputs_embeds") is not None and not args and kwargs.get("input_ids", kwargs.get("inputs")) is None:
+        raise ValueError(
+            "decoding='jacobi' drafts from the prompt's token ids: pass input_ids, not inputs_embeds alone."
+        )
     if kwargs.get("synced_gpus"):
         raise ValueError("decoding='jacobi' does not support synced_gpus=True (FSDP/ZeRO-3 sharded generation).")
     _route_stop_strings(kwargs, passed_config, model_config)
