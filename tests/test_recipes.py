@@ -15,6 +15,7 @@ from trl import ModelConfig, TrlParser
 from hf_jacobi import JacobiForcingConfig
 from hf_jacobi.cli.collect import CollectArguments
 from hf_jacobi.cli.evaluate import EvaluateArguments
+from hf_jacobi.cli.recipe_args import parse_step_arguments
 from hf_jacobi.cli.train import TrainScriptArguments
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -42,7 +43,7 @@ def test_recipe_parses(path):
     step = path.stem.split("_")[0]
     # TrainingArguments refuses bf16 on a machine without a GPU unless told to run on the CPU
     extra = ["--use_cpu", "true"] if step == "train" else []
-    parsed = TrlParser(STEPS[step]).parse_args_and_config(args=["--config", str(path), *extra])
+    parsed = parse_step_arguments(step, STEPS[step], ["--config", str(path), *extra])  # what the step runs
     keys = set(yaml.safe_load(path.read_text()))
     fields = {f for p in parsed for f in vars(p)}
     assert keys <= fields, f"unknown keys {keys - fields}"
