@@ -89,3 +89,21 @@ def test_the_export_command_and_the_flag_outside_the_embedded_model(tmp_path, tr
     fresh_tiny_model("llama").save_pretrained(tmp_path / "ck")
     assert main(["generate", "hi", "--model", str(tmp_path / "ck"), "--jacobi-forcing"]) == 1
     assert "--jacobi-forcing applies the adapter shipped for the embedded model" in capsys.readouterr().err
+
+
+def test_an_adapter_of_another_model_is_named_and_other_load_errors_are_not_blamed_on_it(tmp_path, monkeypatch):
+    """Module names another base model has: one line naming the adapter; an error that says nothing of the adapter's
+    fit (out of memory, a broken file) keeps its own type and message."""
+    get_peft_model(fresh_tiny_model("llama"), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    (tmp_path / "adapter_config.json").write_text(json.dumps({**config, "target_modules": ["no_such_proj"]}))
+    with pytest.raises(ModelNotAvailableError, match=r"does not fit this model.*no_such_proj.*not found"):
+        apply_adapter(fresh_tiny_model("llama"), tmp_path)
+    import peft
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(peft.PeftModel, "from_pretrained", out_of_memory)
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="Tried to allocate"):
+        apply_adapter(fresh_tiny_model("llama"), tmp_path)

@@ -68,7 +68,10 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
         merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
     except (RuntimeError, ValueError) as error:  # shapes or module names of another base model
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        detail = next((line for line in lines if line.startswith("size mismatch")), lines[0] if lines else "")
+        detail = next((line for line in lines if line.startswith("size mismatch")), None)
+        detail = detail or next((line for line in lines if "not found in the base model" in line), None)
+        if detail is None:  # anything else (out of memory, a broken file) is not the adapter's fit
+            raise
         raise ModelNotAvailableError(
             f"the adapter in {folder} does not fit this model: it was trained for another base model ({detail})"
         ) from error
