@@ -93,6 +93,11 @@ def other_model_trajectories(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None
     datasets.Dataset.from_list([row], features=TRAJECTORY_FEATURES).to_parquet(shard)
 
 
+def model_without_tokenizer(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """{tmp}/m: a model saved without its tokenizer."""
+    tiny_model("llama", 0).save_pretrained(tmp / "m")
+
+
 @dataclass
 class Case:
     """One bad input: the command line ({ck} the tiny checkpoint, {tmp} a fresh folder), files to write first, an
@@ -318,6 +323,11 @@ CASES = {
         "--trajectories {tmp}/other hold token id 200, past the 128-token vocabulary of --model_name_or_path '{ck}': "
         "they were collected with another model (org/other)",
         setup=other_model_trajectories,
+    ),
+    "generate with a model folder that has no tokenizer": Case(
+        ["generate", "hi", "--model", "{tmp}/m"],
+        "--model '{tmp}/m' holds a model but no tokenizer (no tokenizer.json or tokenizer_config.json)",
+        setup=model_without_tokenizer,
     ),
     "generate with an adapter of another base model": Case(
         ["generate", "hi", "--model", "{ck}", "--adapter", str(JACOBI_FORCING_WEIGHTS)],

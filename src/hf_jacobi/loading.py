@@ -153,6 +153,19 @@ def _load_errors(name: str, revision: str | None) -> Iterator[None]:
         raise ModelLoadError(describe_load_failure(name, revision, error)) from error
 
 
+def _tokenizer_problem(path: str) -> str | None:
+    """What a local model folder lacks to give a tokenizer (transformers' own message lists backends instead); None
+    for a Hub id or a folder with a tokenizer file."""
+    folder = Path(path)
+    files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+    if not folder.is_dir() or any((folder / name).is_file() for name in files):
+        return None
+    return (
+        "holds a model but no tokenizer (no tokenizer.json or tokenizer_config.json): save the tokenizer it was "
+        "trained with beside it (tokenizer.save_pretrained(folder))"
+    )
+
+
 def set_padding(model: Any, tokenizer: Any) -> None:
     """Gives a tokenizer without a pad token the EOS token as padding, and generation the same id, so that batched
     generation and collation can pad any checkpoint; pads on the left because generation appends on the right."""
@@ -195,6 +208,9 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation, revision=revision
         )
+    if (problem := _tokenizer_problem(path)) is not None:
+        raise ModelLoadError(f"{path!r} {problem}")
+    with _load_errors(path, revision):
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     set_padding(model, tokenizer)
     if is_embedded(name_or_path):
