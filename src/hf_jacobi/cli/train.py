@@ -208,11 +208,13 @@ def check_token_ids(dataset: datasets.Dataset, model, folders: list[str], name: 
 
     import pyarrow.compute as pc
 
+    from ..data.shards import SETTINGS_FILE
+
     size = model.get_input_embeddings().num_embeddings
     ids = (pc.max(pc.list_flatten(dataset.data.column(c))).as_py() for c in ("prompt_ids", "completion_ids"))
     top = max((i for i in ids if i is not None), default=-1)
     if top >= size:
-        records = [Path(folder) / "collection.json" for folder in folders]
+        records = [Path(folder) / SETTINGS_FILE for folder in folders]
         sources = sorted({json.loads(r.read_text()).get("model", "?") for r in records if r.is_file()})
         raise CliError(
             f"--trajectories {' '.join(folders)} hold token id {top}, past the {size}-token vocabulary of "
