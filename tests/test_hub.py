@@ -374,3 +374,24 @@ def test_card_template_is_found_in_a_source_checkout_that_was_not_installed(monk
 
     monkeypatch.setattr(card.importlib.resources, "files", not_mapped)
     assert card.template_text() == installed
+
+
+def test_export_weights_replaces_the_shipped_adapter_only_when_asked_by_name(tmp_path, capsys, monkeypatch):
+    """A user exporting their own adapter who forgets --output-dir must not overwrite what the package ships."""
+    import hf_jacobi.adapters
+
+    source = checkpoint_with_own_settings(tmp_path / "adapter", "adapter")
+    shipped = tmp_path / "package-weights"
+    shipped.mkdir()
+    (shipped / "adapter_model.safetensors").write_bytes(b"the shipped weights")
+    monkeypatch.setattr(hf_jacobi.adapters, "JACOBI_FORCING_WEIGHTS", shipped)
+    for flags in ([], ["--output-dir", str(tmp_path / "out"), "--replace-shipped"]):
+        assert main(["export-weights", str(source), *flags]) == 1
+        error = capsys.readouterr().err
+        assert "export-weights writes to --output-dir DIR, or with --replace-shipped" in error, error
+        assert str(shipped) in error and ("give one of the two" if not flags else "not both") in error
+    assert (shipped / "adapter_model.safetensors").read_bytes() == b"the shipped weights"
+    assert not (tmp_path / "out").exists()
+    assert main(["export-weights", str(source), "--replace-shipped"]) == 0, capsys.readouterr().err
+    assert JacobiConfig.from_generation_config(GenerationConfig.from_pretrained(shipped)) == OWN_SETTINGS
+    assert (shipped / "adapter_model.safetensors").read_bytes() == (source / "adapter_model.safetensors").read_bytes()

@@ -1,9 +1,11 @@
-"""`hf-jacobi export-weights`: a trained Jacobi Forcing adapter for the embedded model, copied into the package.
+"""`hf-jacobi export-weights`: a trained Jacobi Forcing adapter written with its Jacobi defaults, to a folder of the
+user's or, asked for by name, over the adapter shipped in the package.
 
-`load_default_model(jacobi_forcing=True)` and `--jacobi-forcing` load what this writes; the last step of
-`make jacobi-forcing-cpu`. The size limit keeps the package small; the Jacobi defaults travel in the adapter's
-generation_config.json: those the adapter folder already carries (e.g. from `hf-jacobi tune`), with the flags given on
-top.
+`load_default_model(jacobi_forcing=True)` and `--jacobi-forcing` load the shipped one; replacing it is the last step
+of `make jacobi-forcing-cpu`, so it takes `--replace-shipped`: a user exporting their own adapter who forgot
+`--output-dir` would otherwise overwrite what the installed package ships, with nothing to get it back from. The size
+limit keeps the package small; the Jacobi defaults travel in the adapter's generation_config.json: those the adapter
+folder already carries (e.g. from `hf-jacobi tune`), with the flags given on top.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ def run_export_command(args: argparse.Namespace) -> int:
     from ..adapters import JACOBI_FORCING_WEIGHTS, export_adapter, export_target_problem
     from ..checkpoint import base_generation_config
 
+    if (args.output_dir is None) == (not args.replace_shipped):
+        raise CliError(
+            "export-weights writes to --output-dir DIR, or with --replace-shipped over the adapter the installed "
+            f"package ships ({JACOBI_FORCING_WEIGHTS}, what load_default_model(jacobi_forcing=True) loads); "
+            + ("give one of the two" if args.output_dir is None else "not both")
+        )
     target = args.output_dir or JACOBI_FORCING_WEIGHTS
-    writable_output(target, "--output-dir", folder=True)
+    writable_output(target, "--output-dir" if args.output_dir else "--replace-shipped", folder=True)
     if problem := export_target_problem(args.adapter, target):
-        what = "--output-dir" if args.output_dir else "the default --output-dir (the package's weights)"
+        what = "--output-dir" if args.output_dir else "--replace-shipped: the package's weights folder"
         raise CliError(f"{what} {str(target)!r} {problem}")
     try:
         jacobi = jacobi_config(args, base_generation_config(args.adapter) if args.adapter.is_dir() else None)
@@ -37,10 +45,18 @@ def run_export_command(args: argparse.Namespace) -> int:
 
 def add_parser(commands) -> None:
     parser = commands.add_parser(
-        "export-weights", help="copy a trained adapter into the package as the shipped weights"
+        "export-weights", help="write a trained adapter with its Jacobi defaults (or ship it in the package)"
     )
     parser.add_argument("adapter", type=Path, help="a PEFT adapter folder written by hf-jacobi train (use_peft)")
-    parser.add_argument("--output-dir", type=Path, default=None, help="default: the package's weights folder")
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="the folder to write (new, or an earlier export)"
+    )
+    parser.add_argument(
+        "--replace-shipped",
+        action="store_true",
+        help="write over the adapter shipped in the installed package (load_default_model(jacobi_forcing=True)) "
+        "instead of --output-dir",
+    )
     # Unset flags keep the adapter's own settings (its generation_config.json), else the library's defaults.
     own = "default: the adapter's, else"
     add_jacobi_setting_flags(parser, "the adapter's")
