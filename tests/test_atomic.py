@@ -53,6 +53,26 @@ def test_staged_files_replace_together_or_not_at_all(tmp_path: Path) -> None:
     ]
 
 
+def test_staged_files_replace_a_subfolder_whole_when_a_second_run_saves_into_the_first_ones_folder(
+    tmp_path: Path,
+) -> None:
+    """`hf-jacobi train` run twice into one output_dir saves `custom_generate/` twice: rename(2) alone fails on a
+    folder that is not empty (after the whole training), so the old subfolder goes aside and the new one replaces it."""
+    out = tmp_path / "run"
+    for run in ("1", "2"):
+        with staged_files(out) as staging:
+            (staging / "custom_generate").mkdir()
+            (staging / "custom_generate" / "generate.py").write_text(run)
+            if run == "1":
+                (staging / "custom_generate" / "old_only.py").write_text(run)
+            (staging / "model.safetensors").write_text(run)
+    assert sorted(p.name for p in (out / "custom_generate").iterdir()) == ["generate.py"]
+    assert (out / "custom_generate" / "generate.py").read_text() == "2" and (
+        out / "model.safetensors"
+    ).read_text() == "2"
+    assert sorted(p.name for p in out.iterdir()) == ["custom_generate", "model.safetensors"]  # nothing left aside
+
+
 def test_atomic_folder_appears_only_when_complete(tmp_path: Path) -> None:
     target = tmp_path / "render"
     with pytest.raises(OSError), atomic_folder(target) as staging:

@@ -93,7 +93,9 @@ def staged_files(folder: str | os.PathLike[str]) -> Iterator[Path]:
     the file of the same name in `folder` (created if missing). On an error `folder` is left as it was.
 
     Other files in `folder` are kept, so a results folder can be reused. A missing `folder` appears whole, with
-    all its files, in one rename.
+    all its files, in one rename. A subfolder written there (a checkpoint's `custom_generate/`) replaces the one of
+    the same name whole, in two renames: rename(2) cannot replace a folder that is not empty, so the old one is
+    moved aside first, which is what lets a second run save into the folder of the first.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -105,9 +107,24 @@ def staged_files(folder: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield staging
         for item in sorted(staging.iterdir()):
-            os.replace(item, folder / item.name)
+            _replace(item, folder / item.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _replace(item: Path, target: Path) -> None:
+    """Renames `item` over `target`; a folder over a folder by moving the old one aside, then removing it."""
+    if not (item.is_dir() and target.is_dir() and not target.is_symlink()):
+        os.replace(item, target)
+        return
+    old = _temporary_sibling(target, make=False)
+    os.replace(target, old)
+    try:
+        os.replace(item, target)
+    except OSError:
+        os.replace(old, target)  # the old folder back where it was, as on any other error
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager
