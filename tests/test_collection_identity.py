@@ -213,3 +213,37 @@ def test_every_process_checks_the_identity_and_only_the_main_one_writes(tmp_path
         name: data for name, data in record.items() if not name.endswith(".parquet")
     }  # the main process's record and hash cache, as it wrote them
     assert load_trajectories(output)["prompt_id"] == [f"p{i:02d}" for i in range(4)]
+
+
+def train(workspace: Path, model: str, *extra: str) -> int:
+    return main(
+        ["train", "--model_name_or_path", str(workspace / model), "--trajectories", str(workspace / "out"),
+         "--output_dir", str(workspace / "run"), "--max_steps", "1", "--per_device_train_batch_size", "2",
+         "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no", *extra]
+    )  # fmt: skip
+
+
+def test_training_another_model_on_a_collection_is_refused_unless_asked_for(workspace, capsys):
+    """Trajectories are the collecting model's fixed points: a model of the same vocabulary but other weights (or
+    another config) would train on the wrong targets without a sign, so train names the difference before step 1."""
+    assert collect(workspace, prompts=4) == 0
+    save_model(workspace / "sibling", "llama", seed=1)  # same tokenizer and config, other weights
+    save_model(workspace / "qwen", "qwen2")
+    assert train(workspace, "sibling") == 1
+    line = refusal(capsys)
+    assert line.startswith(f"error: --trajectories {workspace / 'out'} were collected with model ")
+    assert (
+        f"--model_name_or_path '{workspace / 'sibling'}' is another model: its weights differ (model.safetensors"
+        in line
+    )
+    assert "config differs" not in line and line.endswith(
+        "--trajectories_of_another_model true to train on these anyway"
+    )
+    assert train(workspace, "qwen") == 1
+    assert "its config differs (model_type llama -> qwen2)" in refusal(capsys)
+    assert (
+        not (workspace / "run" / "adapter_config.json").exists()
+        and not (workspace / "run" / "model.safetensors").exists()
+    )
+    assert train(workspace, "sibling", "--trajectories_of_another_model", "true") == 0, capsys.readouterr().err
+    assert train(workspace, "model", "--dtype", "bfloat16") == 0, capsys.readouterr().err  # its own, another dtype

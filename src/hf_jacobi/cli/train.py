@@ -21,8 +21,8 @@ from ..data.prompts import encode_prompts, load_prompts
 from ..training.config import JacobiForcingConfig
 from ..training.stopping import checkpoint_step
 from ..training.trainer import JacobiForcingTrainer
-from .common import CliError
 from .recipe_args import jacobi_variants, load_model_and_tokenizer, parse_step_arguments
+from .train_checks import check_token_ids, check_trajectory_model
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,13 @@ class TrainScriptArguments:
         default=None,
         metadata={
             "help": "Only the first N prompts of each --trajectory_prompts source, one N per source (default: all)."
+        },
+    )
+    trajectories_of_another_model: bool = field(
+        default=False,
+        metadata={
+            "help": "Train on trajectories whose recorded model (model_identity.json) is not this one, knowingly; by "
+            "default such folders are refused, since Jacobi Forcing trains a model on its own trajectories"
         },
     )
     eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
@@ -201,28 +208,6 @@ def resolve_checkpoint(output_dir: str, value: str | bool | None) -> str | None:
     return str(complete[0])
 
 
-def check_token_ids(dataset: datasets.Dataset, model, folders: list[str], name: str | None) -> None:
-    """Refuses trajectories with token ids past the model's vocabulary (collected with another model's tokenizer)
-    before training starts, where the embedding would fail on them in the first step."""
-    import json
-
-    import pyarrow.compute as pc
-
-    from ..data.shards import SETTINGS_FILE
-
-    size = model.get_input_embeddings().num_embeddings
-    ids = (pc.max(pc.list_flatten(dataset.data.column(c))).as_py() for c in ("prompt_ids", "completion_ids"))
-    top = max((i for i in ids if i is not None), default=-1)
-    if top >= size:
-        records = [Path(folder) / SETTINGS_FILE for folder in folders]
-        sources = sorted({json.loads(r.read_text()).get("model", "?") for r in records if r.is_file()})
-        raise CliError(
-            f"--trajectories {' '.join(folders)} hold token id {top}, past the {size}-token vocabulary of "
-            f"--model_name_or_path {name or 'embedded'!r}: they were collected with another model ({', '.join(sources)});"
-            " collect trajectories with the model you train"
-        )
-
-
 def run_train(argv: list[str]) -> int:
     script_args, training_args, model_args = parse_step_arguments(
         "train", (TrainScriptArguments, JacobiForcingConfig, ModelConfig), argv
@@ -247,6 +232,8 @@ def run_train(argv: list[str]) -> int:
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
     check_token_ids(dataset, model, script_args.trajectories, model_args.model_name_or_path)
+    if not script_args.trajectories_of_another_model:
+        check_trajectory_model(model, script_args.trajectories, model_args.model_name_or_path)
     eval_dataset = None
     if script_args.eval_fraction:
         if not 0 < script_args.eval_fraction < 1:

@@ -138,6 +138,34 @@ def identity_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[
     return changes
 
 
+TRAINING_UNCOMPARED_CONFIG_KEYS = frozenset({"use_cache", "quantization_config"})
+"""Config keys a training load may set differently from the collection's load without being another model."""
+
+
+def training_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What makes the model a run trains (`current`) another model than the one that collected its trajectories
+    (`recorded`), one phrase each; empty when it is the same model.
+
+    Only the config and the weights count here. The dtype may differ (trajectories collected in float32 train a model
+    loaded in bfloat16), and so may the adapter (a later round collects from the base with the round's adapter merged
+    and trains that adapter further on the base). Weights fingerprinted two ways (files then, parameters now) cannot
+    be compared and are not a change."""
+    changes = []
+    old_config, new_config = recorded.get("config") or {}, current["config"]
+    before, after = old_config.get("values"), new_config.get("values")
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = (set(before) | set(after)) - TRAINING_UNCOMPARED_CONFIG_KEYS
+        differs = any(before.get(key) != after.get(key) for key in keys)
+    else:
+        differs = old_config.get("sha256") != new_config["sha256"]
+    if differs:
+        changes.append(f"its config differs ({_config_difference(old_config, new_config)})")
+    old_weights, new_weights = recorded.get("weights") or {}, current["weights"]
+    if old_weights.get("source") == new_weights["source"] and old_weights.get("sha256") != new_weights["sha256"]:
+        changes.append(f"its weights differ ({_files_difference(old_weights, new_weights)})")
+    return changes
+
+
 def identity_summary(identity: dict[str, Any]) -> str:
     """The short hashes that name a model in a message: "config sha 1a2b3c4d5e6f…, weights sha …"."""
     parts = [
