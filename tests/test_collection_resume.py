@@ -93,6 +93,32 @@ def test_a_damaged_shard_is_named_set_aside_and_collected_again(prompts, referen
     assert sorted(p.name for p in folder.glob("*.corrupt")) == [first.name + ".corrupt", second.name + ".corrupt"]
 
 
+@pytest.mark.parametrize("lost", [0, 1], ids=["the first shard", "the last shard"])
+def test_a_deleted_shard_is_named_instead_of_training_on_the_rest(prompts, reference, tmp_path, caplog, lost):
+    """Each process lists the shards it wrote, so a file deleted (or left behind by a copy) is named on reading,
+    wherever it sat in the numbering; a resume collects its prompts again, and deleting the ledger reads the rest."""
+    folder = tmp_path / "lost"
+    collect_trajectories(tiny_model("llama"), tiny_tokenizer(), prompts, folder, **SETTINGS)
+    shards = sorted(folder.glob("trajectories-*.parquet"))
+    assert [p.name for p in shards] == json.loads((folder / "shards-r000.json").read_text())["shards"]
+    shards[lost].unlink()
+    with pytest.raises(TrajectoryDataError) as refused:
+        load_trajectories(folder)
+    assert str(refused.value).startswith(
+        f"{folder} lacks {shards[lost].name}, which its collection wrote (shards-r000.json in the folder lists what "
+        "it wrote): deleted, or not copied along."
+    )
+    assert str(refused.value).endswith("to train on the rest as it is, delete shards-r000.json.")
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    (copy / "shards-r000.json").unlink()  # the user's explicit choice: the rest, as it is
+    assert len(load_trajectories(copy)) == len(reference) - (4 if lost == 0 else 3)  # shards of 4 and 3 rows
+    with caplog.at_level(logging.WARNING):
+        collect_trajectories(tiny_model("llama"), tiny_tokenizer(), prompts, folder, **SETTINGS)
+    assert f"lists {shards[lost].name}, which is not there (deleted, or not copied along)" in caplog.text
+    assert load_trajectories(folder).to_list() == reference
+
+
 def test_a_prompt_in_two_shards_is_refused(prompts, tmp_path):
     folder = tmp_path / "twice"
     collect_trajectories(tiny_model("llama"), tiny_tokenizer(), prompts, folder, **SETTINGS)

@@ -34,6 +34,7 @@ from .model_identity import HASH_CACHE, WeightHashCache, model_identity
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,
+    check_nothing_lost,
     check_or_record,
     list_shards,
     read_shard,
@@ -192,6 +193,7 @@ def load_trajectories(
                 f"no trajectory shards (trajectories-rNNN-NNNNN.parquet) found in {folder}: collect them with "
                 "hf_jacobi.collect_trajectories (hf-jacobi collect --output_dir ...)."
             )
+        check_nothing_lost(folder)
         shards += found
     where: dict[str, Path] = {}
     for shard in shards:

@@ -4,7 +4,9 @@ A shard is `trajectories-r<rank>-<n>.parquet`. Every write goes to a temporary n
 and fsynced, then renamed over the final name (and the folder fsynced), so a shard file is always a complete version:
 a kill during a write leaves the previous version and a stray temporary file, which `repair` removes. A shard that is
 unreadable anyway (a copy cut short, a disk error, random bytes) is named in an error by `read_shard`, and `repair`
-moves it aside so that its prompts are collected again.
+moves it aside so that its prompts are collected again. Each process also lists the shards it wrote in its ledger
+(`shards-r<rank>.json`), so that a shard deleted later, or left behind by a copy, is named when the folder is read
+instead of training on the rest without a sign.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ logger = logging.getLogger(__name__)
 SHARD_PATTERN = re.compile(r"^trajectories-r(\d{3})-(\d{5})\.parquet$")
 TEMPORARY_PATTERN = re.compile(r"^\.trajectories-r\d{3}-\d{5}\.parquet\.tmp$")
 SCHEMA: pa.Schema = TRAJECTORY_FEATURES.arrow_schema
+LEDGER_PATTERN = re.compile(r"^shards-r\d{3}\.json$")
+LEDGER_TEMPORARY_PATTERN = re.compile(r"^\.shards-r\d{3}\.json\.tmp-[0-9a-f]+$")
 SETTINGS_FILE = "collection.json"
 """Beside the shards: the settings that collected them (a resumed collection must use the same)."""
 IDENTITY_FILE = "model_identity.json"
@@ -112,6 +116,55 @@ def write_shard(table: pa.Table, path: Path) -> None:
         os.fsync(sink.fileno())
     os.replace(tmp, path)
     _fsync_folder(path.parent)
+    _record_in_ledger(path)
+
+
+def ledger_path(folder: Path, rank: int) -> Path:
+    """The list of the shards process `rank` wrote into `folder`."""
+    return folder / f"shards-r{rank:03d}.json"
+
+
+def missing_shards(folder: Path) -> dict[Path, list[str]]:
+    """The shards each ledger of `folder` lists that are not there (deleted, moved aside, or not copied along), by
+    ledger; empty when every listed shard is there (or the folder predates ledgers)."""
+    missing = {}
+    for ledger in sorted(p for p in folder.glob("shards-r*.json") if LEDGER_PATTERN.match(p.name)):
+        if absent := [name for name in _listed(ledger) if not (folder / name).is_file()]:
+            missing[ledger] = absent
+    return missing
+
+
+def check_nothing_lost(folder: Path) -> None:
+    """Refuses a folder whose ledgers list shards that are not there: training on the rest would silently drop their
+    prompts (a file deleted, or a copy that left it behind)."""
+    missing = missing_shards(folder)
+    if missing:
+        lost = ", ".join(name for names in missing.values() for name in names)
+        ledgers = " ".join(ledger.name for ledger in missing)
+        raise TrajectoryDataError(
+            f"{folder} lacks {lost}, which its collection wrote ({ledgers} in the folder lists what it wrote): deleted, "
+            "or not copied along. Copy the files back, or run the collection again on the folder with the same "
+            f"settings to collect their prompts again; to train on the rest as it is, delete {ledgers}."
+        )
+
+
+def _listed(ledger: Path) -> list[str]:
+    """The shard names a ledger lists; none for one that cannot be read (it only helps to notice a lost shard)."""
+    try:
+        names = json.loads(ledger.read_text(encoding="utf-8")).get("shards", [])
+    except (OSError, ValueError, AttributeError):
+        logger.warning("%s is unreadable: the shards it listed are not checked", ledger)
+        return []
+    return [name for name in names if isinstance(name, str)]
+
+
+def _record_in_ledger(path: Path) -> None:
+    """Adds a shard just written to its process's ledger (after the shard is durable: a kill in between leaves a
+    shard the ledger does not list, never a listed shard that is not there)."""
+    ledger = ledger_path(path.parent, shard_rank_and_number(path)[0])
+    names = _listed(ledger) if ledger.is_file() else []
+    if path.name not in names:
+        write_text(ledger, json.dumps({"shards": sorted([*names, path.name])}, indent=1))
 
 
 def read_shard(path: Path) -> pa.Table:
@@ -128,10 +181,11 @@ def read_shard(path: Path) -> pa.Table:
 
 def repair(folder: Path) -> list[Path]:
     """Removes temporary files left by a killed write and moves unreadable or malformed shards aside (to
-    `<name>.corrupt`, with a warning naming them), so that their prompts count as not collected. Returns the shards
+    `<name>.corrupt`, with a warning naming them), so that their prompts count as not collected; shards a ledger lists
+    that are gone are struck from it (with a warning naming them), their prompts collected again. Returns the shards
     set aside. Only one process may run this, before any process starts writing."""
-    for stray in folder.glob(".trajectories-*.tmp"):
-        if TEMPORARY_PATTERN.match(stray.name):
+    for stray in folder.glob(".*.tmp*"):
+        if TEMPORARY_PATTERN.match(stray.name) or LEDGER_TEMPORARY_PATTERN.match(stray.name):
             stray.unlink()
     set_aside = []
     for shard in list_shards(folder):
@@ -142,6 +196,14 @@ def repair(folder: Path) -> list[Path]:
             os.replace(shard, target)
             logger.warning("%s Moved to %s; its prompts are collected again.", exc, target)
             set_aside.append(shard)
+    for ledger, absent in missing_shards(folder).items():
+        lost = [name for name in absent if not (folder / f"{name}.corrupt").exists()]  # those were named above
+        if lost:
+            logger.warning(
+                "%s lists %s, which %s not there (deleted, or not copied along): %s prompts are collected again.",
+                ledger, ", ".join(lost), "is" if len(lost) == 1 else "are", "its" if len(lost) == 1 else "their",
+            )  # fmt: skip
+        write_text(ledger, json.dumps({"shards": [n for n in _listed(ledger) if n not in absent]}, indent=1))
     if set_aside:
         _fsync_folder(folder)
     return set_aside
