@@ -128,6 +128,11 @@ STEPS = {  # each recipe step (--model_name_or_path), on inputs it accepts, and 
     ),
 }
 GSM8K_ROW = {"gsm8k.jsonl": b'{"question": "a", "answer": "#### 1"}\n'}
+# the tiny checkpoint and a short run, so that a command that wrongly accepts its prompts ends in seconds
+TINY_STEP = ["--model_name_or_path", "{ck}", "--num_prompts", "1", "--block_size", "2"]
+TINY_BENCH = ["--model", "{ck}", "--limit", "1", "--max-new-tokens", "2", "--block-sizes", "2", "--no-compile"]
+TINY_DEMO = ["--model", "{ck}", "--prompts", "1", "--max-new-tokens", "2"]
+TINY_QUALITY = ["--model", "{ck}", "--num-prompts", "1", "--num-speed-prompts", "1", "--max-new-tokens", "2"]
 NOT_CACHED = "'org/tiny' is not a local folder, and HF_HUB_OFFLINE=1 allows only the Hugging Face cache, which has no "
 NOT_CACHED += "copy of it (no config.json) (HF_HUB_CACHE={tmp}/hf-cache)"
 NO_SUCH_FOLDER = (
@@ -333,6 +338,39 @@ CASES = {
         ["generate", "hi", "--model", "{ck}", "--adapter", str(JACOBI_FORCING_WEIGHTS)],
         "does not fit this model: it was trained for another base model (size mismatch",
     ),
+    "evaluate a split the prompt source does not have": Case(
+        ["evaluate", *TINY_STEP, "--prompts", "stdlib", "--prompt_split", "test", "--max_new_tokens", "2"],
+        "the stdlib prompt set has one split, 'train' (one pool of training prompts, nothing held out",
+    ),
+    "collect a split a local prompt file does not have": Case(
+        ["collect", *TINY_STEP, "--prompts", "{tmp}/p.jsonl", "--prompt_split", "test", "--output_dir", "{tmp}/t"],
+        "'{tmp}/p.jsonl' has one split, 'train' (a file or folder is read whole), got split='test'",
+        {"p.jsonl": b'{"prompt": "a"}\n'},
+    ),
+    "bench prompts task on a split the source does not have": Case(
+        ["bench", *TINY_BENCH, "--task", "prompts", "--data", "stdlib", "--split", "test", "--output-dir", "{tmp}/o"],
+        "the stdlib prompt set has one split, 'train'",
+    ),
+    "demo a split the prompt source does not have": Case(
+        ["demo", *TINY_DEMO, "--prompt-source", "humaneval", "--split", "train"],
+        "the humaneval prompt set has one split, 'test' (the whole set, held out), got split='train'",
+    ),
+    "quality a set without a test split": Case(
+        ["quality", *TINY_QUALITY, "--sets", "stdlib", "--output-dir", "{tmp}/q"],
+        "--sets 'stdlib': the stdlib prompt set has one split, 'train'",
+    ),
+    "collect a prompt file without a prompt column": Case(
+        ["collect", *TINY_STEP, "--prompts", "{tmp}/p.jsonl", "--output_dir", "{tmp}/traj"],
+        "columns found: ['text']; accepted prompt columns: ['messages', 'conversations', 'prompt', 'input', "
+        "'instruction', 'question'] (or pass --prompt_column NAME)",
+        {"p.jsonl": b'{"text": "a"}\n'},
+    ),
+    "train on held-out prompts from a file without a prompt column": Case(
+        [*STEPS["train"][0], "--model_name_or_path", "{ck}", "--heldout_prompts", "{tmp}/p.jsonl"],
+        "columns found: ['text']; accepted prompt columns: ['messages', 'conversations', 'prompt', 'input', "
+        "'instruction', 'question']",  # no hint: train has no column flag, and `column=` is Python's
+        {"p.jsonl": b'{"text": "a"}\n'},
+    ),
     **MODEL_CASES,
 }
 
@@ -375,6 +413,15 @@ def test_bad_input_is_one_line_naming_it(name, tmp_path, checkpoint, trajectorie
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, err
     assert case.message.format(tmp=tmp_path, ck=checkpoint) in lines[0]
+
+
+def test_a_missing_prompt_column_names_no_python_keyword_on_a_command_without_a_column_flag(
+    tmp_path, checkpoint, trajectories, monkeypatch, capsys
+):
+    offline(monkeypatch)
+    case = CASES["train on held-out prompts from a file without a prompt column"]
+    code, err = run(case, tmp_path, checkpoint, monkeypatch, capsys, traj=trajectories)
+    assert code == 1 and err.rstrip().endswith("'instruction', 'question']"), err
 
 
 def test_a_failed_push_leaves_no_rendered_folder(tmp_path, checkpoint, monkeypatch, capsys):

@@ -11,7 +11,8 @@ import pytest
 from hf_jacobi.data.decontamination import find_overlaps, prompt_texts, word_ngrams
 from hf_jacobi.data.function_prompts import HELD_OUT, INSTRUCTION_LINE, package_prompt_set
 from hf_jacobi.data.humaneval import load_humaneval
-from hf_jacobi.data.prompts import PROMPT_SOURCES, load_prompts, register_prompt_source
+from hf_jacobi.data.prompt_rows import PROMPT_COLUMNS
+from hf_jacobi.data.prompts import PROMPT_SOURCES, load_prompts, register_prompt_source, resolve_split
 
 DATA = Path(__file__).parent / "data"
 CARD = Path(__file__).parents[1] / "src" / "hf_jacobi" / "data" / "prompt_sets" / "packages.md"
@@ -104,3 +105,148 @@ def test_the_shipped_magpie_set_is_distinct_split_and_disjoint_from_evaluation_s
     assert f"| test | {len(test)} |" in card and f"| train | {len(train)} |" in card
     with pytest.raises(ValueError, match=r"magpie prompt set has splits"):
         load_prompts("magpie", split="validation")
+
+
+# --- splits: a split a source does not have is refused, never read as the whole set ------------------------------
+
+
+def test_every_named_source_declares_its_splits_default_first():
+    declared = {name: source.splits for name, source in PROMPT_SOURCES.items()}
+    assert declared["stdlib"] == ("train",) and declared["humaneval"] == ("test",)
+    assert declared["packages"] == declared["magpie"] == ("train", "test", "all")
+    assert declared["requests"] == declared["code-tasks"] == ("test",)
+    assert declared["opencodeinstruct"] is declared["openthoughts2"] is None  # the Hub refuses a split it lacks
+    assert [resolve_split(name) for name in ("stdlib", "packages", "humaneval", "requests")] == [
+        "train",
+        "train",
+        "test",
+        "test",
+    ]
+    assert resolve_split("opencodeinstruct") == resolve_split("someone/chats") == "train"
+
+
+def test_stdlib_has_no_held_out_split_and_says_where_to_find_one():
+    """The bug: `--prompts stdlib --prompt_split test` read the whole stdlib set, the same prompts as train."""
+    with pytest.raises(ValueError) as refused:
+        load_prompts("stdlib", split="test", limit=2)
+    message = str(refused.value)
+    assert "the stdlib prompt set has one split, 'train'" in message and "got split='test'" in message
+    assert "nothing held out" in message and "packages or magpie" in message
+    assert load_prompts("stdlib", limit=2)["prompt_id"] == load_prompts("stdlib", split="train", limit=2)["prompt_id"]
+
+
+def test_humaneval_reads_its_test_split_by_default_and_refuses_another():
+    assert len(load_prompts("humaneval", limit=3)) == 3 and resolve_split("humaneval") == "test"
+    for split in ("train", "all"):
+        with pytest.raises(ValueError, match=rf"the humaneval prompt set has one split, 'test' .*got split='{split}'"):
+            load_prompts("humaneval", split=split, limit=1)
+
+
+def test_a_source_registered_with_splits_gets_its_default_and_never_a_split_it_lacks(monkeypatch):
+    monkeypatch.setattr("hf_jacobi.data.prompts.PROMPT_SOURCES", dict(PROMPT_SOURCES))
+    asked = []
+    rows = datasets.Dataset.from_dict({"prompt_id": ["a"], "messages": [[{"role": "user", "content": "x"}]]})
+    register_prompt_source(
+        "mine", lambda split, limit, seed: asked.append(split) or rows, "mine", splits=("dev", "eval")
+    )
+    load_prompts("mine")
+    load_prompts("mine", split="eval")
+    with pytest.raises(ValueError, match=r"the mine prompt set has splits \['dev', 'eval'\], got split='test'"):
+        load_prompts("mine", split="test")
+    assert asked == ["dev", "eval"]  # the refused split never reached the loader
+    for bad in ((), "dev", ("dev", 1)):
+        with pytest.raises(ValueError, match="splits must be a non-empty tuple"):
+            register_prompt_source("other", lambda *a: rows, "bad", splits=bad)
+
+
+def test_a_preferred_split_is_taken_only_where_the_source_has_it(tmp_path):
+    """What `bench --task prompts` and `demo` use: their usual `test`, else the source's own split."""
+    local = tmp_path / "mine.jsonl"
+    local.write_text('{"prompt": "a"}\n')
+    preferred = {name: resolve_split(name, prefer="test") for name in ("packages", "stdlib", "org/set", str(local))}
+    assert preferred == {"packages": "test", "stdlib": "train", "org/set": "test", str(local): "train"}
+    assert resolve_split("packages", "all", prefer="test") == "all"  # a split named outright wins
+    with pytest.raises(ValueError, match="got split='test'"):
+        resolve_split("stdlib", "test", prefer="train")
+
+
+def test_recipes_name_splits_their_sources_have():
+    """Every recipe's prompt source with its split (the step's default where the recipe gives none) is accepted."""
+    import yaml
+
+    recipes = sorted((Path(__file__).parents[1] / "recipes").rglob("*.yaml"))
+    checked = 0
+    for path in recipes:
+        recipe = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(recipe, dict):
+            continue
+        trajectory = recipe.get("trajectory_prompts") or []
+        pairs = [
+            (recipe.get("prompts"), recipe.get("prompt_split")),
+            (recipe.get("heldout_prompts"), recipe.get("heldout_split", "test")),
+            *(
+                (name, recipe.get("trajectory_prompt_split", "train"))
+                for name in ([trajectory] if isinstance(trajectory, str) else trajectory)
+            ),
+        ]
+        for source, split in pairs:
+            if source is not None:
+                resolve_split(source, split)
+                checked += 1
+    assert checked >= 20
+
+
+def test_the_recipe_steps_default_to_the_sources_own_split():
+    """`hf-jacobi evaluate --prompts humaneval` needs no --prompt_split, and records the split it read."""
+    from hf_jacobi.cli.recipe_args import PromptArguments
+
+    humaneval = PromptArguments(prompts="humaneval", num_prompts=2)
+    assert len(humaneval.load()) == 2 and humaneval.resolved_split() == "test"
+    assert PromptArguments(prompts="stdlib").resolved_split() == "train"
+    assert PromptArguments(prompts="packages", prompt_split="test").resolved_split() == "test"
+    with pytest.raises(ValueError, match="the stdlib prompt set has one split, 'train'"):
+        PromptArguments(prompts="stdlib", prompt_split="test", num_prompts=1).load()
+
+
+def test_the_bench_prompts_task_reads_test_where_the_source_has_it(tmp_path):
+    from hf_jacobi.bench.tasks import load_task
+
+    assert load_task("prompts", limit=1).name == "prompts:packages/test"
+    assert load_task("prompts", data="requests", limit=1).name == "prompts:requests/test"
+    assert load_task("prompts", data="stdlib", limit=1).name == "prompts:stdlib/train"  # it has no test split
+    local = tmp_path / "mine.jsonl"
+    local.write_text('{"prompt": "a"}\n')
+    assert load_task("prompts", data=str(local)).name == f"prompts:{local}/train"
+    with pytest.raises(ValueError, match="the stdlib prompt set has one split, 'train'"):
+        load_task("prompts", data="stdlib", split="test")
+
+
+def test_held_out_prompts_are_a_test_split_or_a_local_file_whole(tmp_path):
+    from hf_jacobi.data.prompts import held_out_split
+
+    local = tmp_path / "judge.parquet"
+    assert [held_out_split(name) for name in ("requests", "packages", "stdlib", "org/set", str(local))] == [
+        "test",
+        "test",
+        "test",  # refused by load_prompts: stdlib has nothing held out
+        "test",
+        None,
+    ]
+    assert held_out_split(str(local), "validation") == "validation"  # a split named outright is still checked
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_a_command_without_a_column_flag_names_no_python_keyword(command, tmp_path, capsys):
+    """`tune`/`demo` and `bench --task prompts` have no flag to choose the prompt column: the one-line error lists the
+    accepted columns and stops there, without the library's `column=` hint."""
+    from hf_jacobi import cli
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"text": "a"}\n')
+    argv = {
+        "tune": ["tune", "--output-dir", str(tmp_path / "tuned"), "--prompt-source", str(path)],
+        "bench": ["bench", "--task", "prompts", "--data", str(path), "--output-dir", str(tmp_path / "out")],
+    }[command]
+    assert cli.main(argv) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].endswith("accepted prompt columns: " + str(list(PROMPT_COLUMNS)))

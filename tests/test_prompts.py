@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 import re
 
 import datasets
@@ -13,6 +14,7 @@ from transformers import PreTrainedTokenizerFast
 
 from hf_jacobi.data import function_prompts, prompts
 from hf_jacobi.data.function_prompts import humaneval_entry_points, stdlib_prompts
+from hf_jacobi.data.prompt_rows import PromptColumnError
 from hf_jacobi.data.prompts import encode_prompts, from_opencodeinstruct, from_openthoughts, load_prompts
 
 CHAT_TEMPLATE = (
@@ -131,6 +133,15 @@ def test_directory_and_explicit_column(tmp_path):
     assert [m[0]["content"] for m in loaded["messages"]] == ["t1", "t2"]
 
 
+def test_a_local_file_is_one_split(tmp_path):
+    """The bug: a split given with a local file was ignored, so `--prompt_split test` read the whole file."""
+    path = _write_jsonl(tmp_path / "mine.jsonl", [{"prompt": "a"}, {"prompt": "b"}])
+    assert load_prompts(path)["prompt_id"] == load_prompts(path, split="train")["prompt_id"] == ["mine/0", "mine/1"]
+    for split in ("test", "validation"):
+        with pytest.raises(ValueError, match=rf"'{re.escape(path)}' has one split, 'train' .*got split='{split}'"):
+            load_prompts(path, split=split)
+
+
 # --- the paper's hub formats --------------------------------------------------------------------------------------
 
 
@@ -230,6 +241,20 @@ def test_errors_name_the_bad_value(tmp_path, monkeypatch):
         load_prompts("opencodeinstruct")
     with pytest.raises(ValueError, match=r"no column 'input'.*\['conversations'\]"):
         from_opencodeinstruct(datasets.Dataset.from_dict({"conversations": [[{"from": "human", "value": "q"}]]}))
+
+
+def test_a_missing_prompt_column_names_the_keyword_and_can_name_a_flag(tmp_path):
+    """Python callers are told `column=`; a command names its own flag instead, or nothing where it has none."""
+    path = _write_jsonl(tmp_path / "rows.jsonl", [{"text": "a"}])
+    with pytest.raises(PromptColumnError) as missing:
+        load_prompts(path)
+    error = missing.value
+    assert isinstance(error, ValueError) and str(error).endswith("(or pass column=...)")
+    assert error.message("--prompt_column NAME").endswith("'question'] (or pass --prompt_column NAME)")
+    assert error.message(None).endswith("'question']") and "column=" not in error.message(None)
+    assert str(pickle.loads(pickle.dumps(error))) == str(error)  # crosses process boundaries intact
+    with pytest.raises(PromptColumnError, match=r"column 'nope' not found.*\(or pass column=\.\.\.\)"):
+        load_prompts(path, column="nope")
 
 
 # --- encoding -----------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..chat import encode_chat
-from ..data.prompts import encode_prompts, load_prompts
+from ..data.prompts import encode_prompts, held_out_split, load_prompts
 from ..data.quality_sets import CodeTask, load_code_tasks
 from ..decoding.config import JacobiConfig
 from ..training.evaluation import SettingFigures, answer_nll, greedy_answers, greedy_outputs, measure_setting
@@ -29,10 +29,10 @@ class RequestSet:
 
 
 def load_request_sets(names: Sequence[str], tokenizer, limit: int | None = None) -> list[RequestSet]:
-    """The named prompt sources' test splits (the first `limit` prompts of each), as chat prompts."""
+    """The prompt sources' held-out prompts (`held_out_split`; the first `limit` of each), as chat prompts."""
     sets = []
     for name in names:
-        prompts = encode_prompts(load_prompts(name, split="test", limit=limit), tokenizer, chat=True)
+        prompts = encode_prompts(load_prompts(name, split=held_out_split(name), limit=limit), tokenizer, chat=True)
         sets.append(RequestSet(name, prompts, load_code_tasks(limit) if name == CODE_TASKS else None))
     return sets
 

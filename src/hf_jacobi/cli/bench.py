@@ -11,7 +11,7 @@ from ..atomic import staged_files
 from ..data.humaneval import MissingDataError
 from ..loading import DTYPES
 from .arg_types import model_name, non_negative_int, positive_float, positive_int
-from .common import MODEL_HELP, CliError, add_jacobi_forcing_argument, load_model, writable_output
+from .common import MODEL_HELP, CliError, add_jacobi_forcing_argument, load_model, source_error, writable_output
 
 PARTIAL = "bench.partial.json"
 """What a running bench has measured so far, in --output-dir beside the finished files (see
@@ -87,7 +87,7 @@ def _load_task(args: argparse.Namespace):
             workers=args.workers,
         )
     except (MissingDataError, FileNotFoundError, ValueError) as error:
-        raise CliError(str(error)) from error
+        raise source_error(error) from error
 
 
 def _run_meta(args: argparse.Namespace, model_name: str, task, settings) -> dict:
@@ -127,7 +127,12 @@ def _add_problem_arguments(bench: argparse.ArgumentParser) -> None:
         default=None,
         help="gsm8k/math: a local .json/.jsonl/.parquet file or a Hub dataset; prompts: a prompt source (default packages)",
     )
-    bench.add_argument("--split", default="test", help="dataset split for a Hub dataset (default test)")
+    bench.add_argument(
+        "--split",
+        default=None,
+        help="split of --data: a Hub dataset's (default test); for prompts, the prompt source's (default test where it "
+        "has one, else its own: train for stdlib and a local file)",
+    )
     bench.add_argument("--limit", type=positive_int, default=None, help="first N problems only (default all)")
     bench.add_argument(
         "--skip",

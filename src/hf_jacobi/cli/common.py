@@ -206,7 +206,8 @@ def summary(label: str, tokens: int, forwards: int, seconds: float) -> str:
 
 def add_prompt_source_arguments(parser: argparse.ArgumentParser, source: str, split: str, why: str) -> None:
     """--prompts N, --prompt-source and --split, for commands that run on a few prompts of a prompt source (what
-    `load_source_prompts` reads)."""
+    `load_source_prompts` reads). `split` is the command's usual split, taken where the source has it: a source
+    without it (stdlib has no test split, a local file is one) is read in its own split rather than refused."""
     parser.add_argument("--prompts", type=positive_int, default=4, help="prompts of the source to run on (default 4)")
     parser.add_argument(
         "--prompt-source",
@@ -214,18 +215,26 @@ def add_prompt_source_arguments(parser: argparse.ArgumentParser, source: str, sp
         help=f"a named prompt source (packages, stdlib, humaneval, ...), a local file or a Hub dataset (default {source}: "
         f"{why})",
     )
-    parser.add_argument("--split", default=split, help=f"split of the prompt source (default {split})")
+    parser.add_argument(
+        "--split",
+        default=None,
+        help=f"split of the prompt source (default {split} where the source has one, else the source's own, e.g. "
+        "train for stdlib and a local file)",
+    )
+    parser.set_defaults(usual_split=split)
 
 
 def load_source_prompts(args: argparse.Namespace, skip: int = 0) -> list[tuple[str, list[dict[str, str]]]]:
     """(id, chat turns) of prompts `skip` to `skip + args.prompts` of the source, all of them there, or a one-line
-    error naming the source; read before any model is loaded."""
-    from ..data.prompts import load_prompts
+    error naming the source; read before any model is loaded. `args.split` becomes the split read (see
+    `add_prompt_source_arguments`), for the command's report."""
+    from ..data.prompts import load_prompts, resolve_split
 
     try:
+        args.split = resolve_split(args.prompt_source, args.split, prefer=getattr(args, "usual_split", None))
         rows = load_prompts(args.prompt_source, split=args.split, limit=skip + args.prompts)
     except (FileNotFoundError, ValueError) as error:
-        raise CliError(str(error)) from error
+        raise source_error(error) from error
     if len(rows) < skip + args.prompts:
         raise CliError(
             f"--prompts {args.prompts}"
@@ -233,6 +242,15 @@ def load_source_prompts(args: argparse.Namespace, skip: int = 0) -> list[tuple[s
             + f": {args.prompt_source!r} ({args.split}) has only {len(rows)} prompts"
         )
     return list(zip(map(str, rows["prompt_id"]), rows["messages"], strict=True))[skip:]
+
+
+def source_error(error: Exception, prefix: str = "") -> CliError:
+    """A prompt source's refusal as a one-line `CliError` (after `prefix`) for a command with no flag to choose the
+    prompt column: a missing one is reported without the library's `column=` hint, a Python keyword."""
+    from ..data.prompt_rows import PromptColumnError
+
+    message = error.message(None) if isinstance(error, PromptColumnError) else str(error)
+    return CliError(prefix + message)
 
 
 def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:

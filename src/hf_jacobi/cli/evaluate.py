@@ -64,6 +64,7 @@ def run_evaluate(argv: list[str]) -> int:
     if args.output_file:
         check_writable(args.output_file, folder=False, what="--output_file")
     prompts = args.load()
+    args.prompt_split = args.resolved_split()  # the record names the split read, also where the source chose it
     model, tokenizer = load_model_and_tokenizer(model_args)
     prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
     measure = {"max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}

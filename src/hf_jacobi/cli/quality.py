@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..atomic import write_text
 from .arg_types import model_name, positive_int
-from .common import DTYPES, MODEL_HELP, CliError, load_model, writable_output
+from .common import DTYPES, MODEL_HELP, CliError, load_model, source_error, writable_output
 
 SHIPPED = "shipped"
 
@@ -38,7 +38,7 @@ def _adapters(pairs: list[str]) -> list[tuple[str, Path]]:
 def _check_inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     """Every input named on the command line, checked before any model loads: a typo costs no minutes."""
     from ..bench.common import VARIANTS
-    from ..data.prompts import load_prompts
+    from ..data.prompts import held_out_split, load_prompts
 
     if args.rename:
         raise CliError(f"--rename {' '.join(args.rename)} relabels the adapters of --merge runs: add --merge")
@@ -54,18 +54,18 @@ def _check_inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
         raise CliError(f"--settings {unknown} are not Jacobi variants; accepted: {list(VARIANTS)}")
     for flag, name in [*(("--sets", name) for name in args.sets), ("--speed-prompts", args.speed_prompts)]:
         try:
-            load_prompts(name, split="test", limit=1)
+            load_prompts(name, split=held_out_split(name), limit=1)
         except (ValueError, FileNotFoundError) as error:
-            raise CliError(f"{flag} {name!r}: {error}") from error
+            raise source_error(error, f"{flag} {name!r}: ") from error
     return adapters
 
 
 def _protocol(args: argparse.Namespace, tokenizer):
     from ..bench.common import variant_config
     from ..bench.quality_eval import QualityProtocol, load_request_sets
-    from ..data.prompts import encode_prompts, load_prompts
+    from ..data.prompts import encode_prompts, held_out_split, load_prompts
 
-    speed = load_prompts(args.speed_prompts, split="test", limit=args.num_speed_prompts)
+    speed = load_prompts(args.speed_prompts, split=held_out_split(args.speed_prompts), limit=args.num_speed_prompts)
     return QualityProtocol(
         sets=load_request_sets(args.sets, tokenizer, args.num_prompts),
         speed_prompts=encode_prompts(speed, tokenizer, chat=True),

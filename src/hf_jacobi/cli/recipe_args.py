@@ -17,7 +17,8 @@ from pathlib import Path
 import datasets
 from trl import ModelConfig
 
-from ..data.prompts import load_prompts
+from ..data.prompt_rows import PromptColumnError
+from ..data.prompts import load_prompts, resolve_split
 from ..decoding.checks import SUPPORTED_ATTENTION
 from ..loading import EMBEDDED, ModelLoadError, load_model, model_name_problem
 from .common import CliError
@@ -38,22 +39,37 @@ class PromptArguments:
             "opencodeinstruct, openthoughts2), a hub dataset name or a local json/jsonl/parquet"
         },
     )
-    prompt_split: str = field(default="train", metadata={"help": "Split of a named source or a hub dataset."})
+    prompt_split: str | None = field(
+        default=None,
+        metadata={
+            "help": "Split of the prompt source (default: the source's own: train for stdlib, packages, magpie and a "
+            "hub dataset, test for humaneval, requests, code-tasks; a local file has one split)."
+        },
+    )
     prompt_column: str | None = field(default=None, metadata={"help": "Column holding the prompt (default: guessed)."})
     skip_prompts: int = field(default=0, metadata={"help": "Prompts to skip first (e.g. to hold some out)."})
     num_prompts: int | None = field(default=None, metadata={"help": "Prompts to use after the skipped ones."})
     chat_template: bool = field(default=True, metadata={"help": "Format prompts with the tokenizer's chat template."})
 
     def load(self) -> datasets.Dataset:
+        """The prompts after `skip_prompts`; a file without a prompt column is a `CliError` naming `--prompt_column`
+        (the library's message names its Python keyword)."""
         if self.skip_prompts < 0:
             raise ValueError(f"skip_prompts must be >= 0, got {self.skip_prompts}.")
         if self.num_prompts is not None and self.num_prompts < 1:
             raise ValueError(f"num_prompts must be >= 1, got {self.num_prompts}.")
         limit = None if self.num_prompts is None else self.skip_prompts + self.num_prompts
-        prompts = load_prompts(self.prompts, split=self.prompt_split, limit=limit, column=self.prompt_column)
+        try:
+            prompts = load_prompts(self.prompts, split=self.prompt_split, limit=limit, column=self.prompt_column)
+        except PromptColumnError as error:
+            raise CliError(error.message("--prompt_column NAME")) from error
         if self.skip_prompts >= len(prompts):
             raise ValueError(f"skip_prompts={self.skip_prompts} leaves none of the {len(prompts)} prompts.")
         return prompts.select(range(self.skip_prompts, len(prompts)))
+
+    def resolved_split(self) -> str:
+        """The split `load` reads (`prompt_split`, else the source's own), for a run's record of what it used."""
+        return resolve_split(self.prompts, self.prompt_split)
 
 
 def parse_step_arguments(step: str, dataclass_types: tuple, argv: list[str]) -> tuple:

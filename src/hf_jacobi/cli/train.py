@@ -17,7 +17,7 @@ from trl import ModelConfig, get_peft_config
 from ..adapters import adapter_folder_problem
 from ..atomic import check_writable, staged_files
 from ..data.collection import load_trajectories, select_trajectories
-from ..data.prompts import encode_prompts, load_prompts
+from ..data.prompts import encode_prompts, held_out_split, load_prompts
 from ..training.config import JacobiForcingConfig
 from ..training.stopping import checkpoint_step
 from ..training.trainer import JacobiForcingTrainer
@@ -175,7 +175,8 @@ class TrainScriptArguments:
             return None
         from ..training.heldout import HeldOutSpeedCallback
 
-        prompts = load_prompts(self.heldout_prompts, split=self.heldout_split, limit=self.heldout_num_prompts)
+        split = held_out_split(self.heldout_prompts, self.heldout_split)
+        prompts = load_prompts(self.heldout_prompts, split=split, limit=self.heldout_num_prompts)
         return HeldOutSpeedCallback(
             encode_prompts(prompts, tokenizer),
             jacobi_variants(self.heldout_settings, self.heldout_block_size),

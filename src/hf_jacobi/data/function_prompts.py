@@ -27,7 +27,7 @@ import datasets
 
 from .decontamination import find_overlaps
 from .humaneval import MissingDataError, load_humaneval
-from .limits import check_limit
+from .limits import check_limit, check_split
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,8 @@ shipped trajectories."""
 HELD_OUT = 256
 """The snapshot's first prompts are kept out of training; the `test` split is drawn from them."""
 INSTRUCTION_LINE = STDLIB_INSTRUCTION
+SNAPSHOT_SPLITS = ("train", "test", "all")
+"""The splits of a shipped prompt snapshot (`snapshot_split`), `train` first: what a caller gets by default."""
 
 
 def package_prompt_set(split: str = "train", limit: int | None = None) -> datasets.Dataset:
@@ -153,8 +155,7 @@ def snapshot_split(
 ) -> datasets.Dataset:
     """A shipped prompt snapshot's split: `test` the first `held_out` rows (or those of them `test_rows` keeps),
     `train` every later row, `all` every row; the first `limit` of it."""
-    if split not in ("train", "test", "all"):
-        raise ValueError(f"the {name} prompt set has splits ['all', 'test', 'train'], got split={split!r}")
+    check_split(f"the {name} prompt set", split, SNAPSHOT_SPLITS)
     check_limit(limit)
     table = datasets.Dataset.from_parquet(str(path))
     if split == "all":

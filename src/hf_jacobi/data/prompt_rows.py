@@ -128,13 +128,29 @@ def from_openthoughts(dataset: datasets.Dataset, limit: int | None = None) -> da
     return convert_rows(dataset, "openthoughts2", "conversations", limit=limit, to_messages=_first_human_turn)
 
 
+class PromptColumnError(ValueError):
+    """No column of a data set holds prompts, or not the one asked for. The message names the Python keyword
+    (`column=`); a command says how its users choose the column instead (`message`), since a keyword means nothing on
+    a command line."""
+
+    def __init__(self, problem: str, columns: list[str]) -> None:
+        self.problem, self.columns = problem, list(columns)
+        super().__init__(self.message("column=..."))
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.problem, self.columns)
+
+    def message(self, choose: str | None) -> str:
+        """The error's text, ending with how to name the column (`choose`: "column=...", "--prompt_column NAME"),
+        or without that ending (None) where a command has no way to choose it."""
+        hint = f" (or pass {choose})" if choose else ""
+        return f"{self.problem}; columns found: {self.columns}; accepted prompt columns: {list(PROMPT_COLUMNS)}{hint}"
+
+
 def prompt_column(dataset: datasets.Dataset, name: str, column: str | None) -> str:
     """The column holding the prompts: `column` if given, else the first of PROMPT_COLUMNS the data set has."""
     found = column if column is not None else next((c for c in PROMPT_COLUMNS if c in dataset.column_names), None)
     if found is None or found not in dataset.column_names:
         what = f"column {column!r} not found" if column is not None else "no prompt column found"
-        raise ValueError(
-            f"{what} in dataset {name!r}; columns found: {dataset.column_names}; "
-            f"accepted prompt columns: {list(PROMPT_COLUMNS)} (or pass column=...)"
-        )
+        raise PromptColumnError(f"{what} in dataset {name!r}", dataset.column_names)
     return found

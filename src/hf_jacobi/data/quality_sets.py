@@ -20,7 +20,7 @@ from pathlib import Path
 
 import datasets
 
-from .limits import check_limit
+from .limits import check_limit, check_split
 from .local_files import load_local_dataset
 
 PROMPT_SETS = Path(__file__).parent / "prompt_sets"
@@ -30,6 +30,8 @@ REQUEST_COLUMNS = ("prompt_id", "category", "messages")
 CODE_TASK_COLUMNS = ("task_id", "request", "entry_point", "canonical_solution", "test")
 TEST_SPLIT = "test"
 """The one split of both sets: the whole set is held out, there is nothing to train on."""
+WHOLE_SET_HELD_OUT = "the whole set, held out"
+"""Why a set has only `TEST_SPLIT`, as its split error says it."""
 
 
 def _read(path: Path, name: str, columns: tuple[str, ...], limit: int | None) -> datasets.Dataset:
@@ -84,10 +86,7 @@ def load_code_tasks(limit: int | None = None) -> list[CodeTask]:
 
 
 def _check_split(name: str, split: str) -> None:
-    if split != TEST_SPLIT:
-        raise ValueError(
-            f"the {name} prompt set has one split, {TEST_SPLIT!r} (the whole set, held out), got split={split!r}"
-        )
+    check_split(f"the {name} prompt set", split, (TEST_SPLIT,), WHOLE_SET_HELD_OUT)
 
 
 def request_prompts(split: str, limit: int | None = None) -> datasets.Dataset:

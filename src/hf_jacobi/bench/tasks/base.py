@@ -32,12 +32,13 @@ class BenchItem:
 class TaskOptions:
     """What the command line can say about a task; each task reads the options that apply to it.
 
-    `data` and `split` name where GSM8K/MATH problems come from; `chat=None` picks the task's usual form; `timeout_s`
-    and `workers` bound HumanEval's test runs.
+    `data` and `split` name where GSM8K/MATH problems or the prompts task's prompts come from (`split=None`: the task's
+    usual split, see `load_task`); `chat=None` picks the task's usual form; `timeout_s` and `workers` bound
+    HumanEval's test runs.
     """
 
     data: str | None = None
-    split: str = "test"
+    split: str | None = None
     limit: int | None = None
     chat: bool | None = None
     timeout_s: float = 10.0

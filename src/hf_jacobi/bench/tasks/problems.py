@@ -19,6 +19,8 @@ MATH_INSTRUCTION = "Please reason step by step, and put your final answer within
 """Appended to MATH/GSM8K questions so the model boxes its final answer, which is what the checkers look for."""
 
 _DEFAULT_HUB_CONFIGS = {"gsm8k": "main", "openai/gsm8k": "main"}
+HUB_SPLIT = "test"
+"""The split of a Hub dataset read when none is named: the one benchmarks report on."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def _problem_id(row: dict[str, Any], task: str, index: int) -> str:
 
 
 def load_problems(
-    task: str, source: str, rows: RowFormat, split: str = "test", limit: int | None = None
+    task: str, source: str, rows: RowFormat, split: str = HUB_SPLIT, limit: int | None = None
 ) -> list[MathProblem]:
     """Questions and gold answers from a local file or a Hub dataset; `split` only applies to Hub datasets."""
     check_limit(limit)
@@ -92,7 +94,8 @@ def question_task(
         raise ValueError(
             f"task {name!r} needs --data: a local .json/.jsonl/.parquet file or a Hub dataset name (e.g. {example})"
         )
-    problems = load_problems(name, options.data, rows, split=options.split, limit=options.limit)
+    split = HUB_SPLIT if options.split is None else options.split
+    problems = load_problems(name, options.data, rows, split=split, limit=options.limit)
     items = [BenchItem(p.problem_id, f"{p.question}\n{MATH_INSTRUCTION}", p.reference) for p in problems]
     return BenchTask(
         name, "accuracy", items, options.chat, (), _answer_scorer(is_correct), raw_format="Question: {text}\nAnswer:"

@@ -11,6 +11,8 @@ from __future__ import annotations
 from .base import BenchItem, BenchTask, Score, TaskOptions
 
 DEFAULT_SOURCE = "packages"
+HELD_OUT_SPLIT = "test"
+"""The split read when --split is not given, wherever the source has it: speed is meant on held-out prompts."""
 
 
 def _unscored(items: list[BenchItem], completions: list[str]) -> list[Score]:
@@ -19,13 +21,15 @@ def _unscored(items: list[BenchItem], completions: list[str]) -> list[Score]:
 
 def build(options: TaskOptions) -> BenchTask:
     """`--data` names the prompt source (a name of `hf_jacobi.data.prompts.PROMPT_SOURCES`, a local file or a Hub
-    dataset) and `--split` its split; single-turn prompts only, since the bench encodes one user turn per item."""
-    from ...data.prompts import load_prompts  # datasets is imported only when this task is asked for
+    dataset) and `--split` its split (default: `test` where the source has one, else its own); single-turn prompts
+    only, since the bench encodes one user turn per item."""
+    from ...data.prompts import load_prompts, resolve_split  # datasets is imported only when this task is asked for
 
     source = options.data or DEFAULT_SOURCE
     if options.chat is False:
         raise ValueError("the prompts task asks chat turns; --no-chat is not accepted for it")
-    prompts = load_prompts(source, split=options.split, limit=options.limit)
+    split = resolve_split(source, options.split, prefer=HELD_OUT_SPLIT)
+    prompts = load_prompts(source, split=split, limit=options.limit)
     items = []
     for prompt_id, messages in zip(prompts["prompt_id"], prompts["messages"], strict=True):
         if len(messages) != 1 or messages[0]["role"] != "user":
@@ -34,4 +38,4 @@ def build(options: TaskOptions) -> BenchTask:
                 f"({', '.join(m['role'] for m in messages)}); the prompts task takes one user turn per prompt"
             )
         items.append(BenchItem(str(prompt_id), messages[0]["content"], None))
-    return BenchTask(f"prompts:{source}/{options.split}", "score", items, True, (), _unscored)
+    return BenchTask(f"prompts:{source}/{split}", "score", items, True, (), _unscored)
