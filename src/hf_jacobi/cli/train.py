@@ -22,7 +22,7 @@ from ..training.config import JacobiForcingConfig
 from ..training.stopping import checkpoint_step
 from ..training.trainer import JacobiForcingTrainer
 from .recipe_args import jacobi_variants, load_model_and_tokenizer, parse_step_arguments
-from .train_checks import check_token_ids, check_trajectory_model
+from .train_checks import check_trajectories
 
 logger = logging.getLogger(__name__)
 
@@ -232,9 +232,7 @@ def run_train(argv: list[str]) -> int:
     peft_config = get_peft_config(model_args)
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
-    check_token_ids(dataset, model, script_args.trajectories, model_args.model_name_or_path)
-    if not script_args.trajectories_of_another_model:
-        check_trajectory_model(model, script_args.trajectories, model_args.model_name_or_path)
+    check_trajectories(dataset, model, script_args, model_args.model_name_or_path)
     eval_dataset = None
     if script_args.eval_fraction:
         if not 0 < script_args.eval_fraction < 1:

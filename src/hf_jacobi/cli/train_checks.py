@@ -21,6 +21,14 @@ OTHER_MODEL_FLAG = "--trajectories_of_another_model"
 """The flag that trains on trajectories another model collected, knowingly (e.g. a fine-tuned sibling's)."""
 
 
+def check_trajectories(dataset: datasets.Dataset, model: Any, script_args: Any, name: str | None) -> None:
+    """Both checks below, on `hf-jacobi train`'s `--trajectories` (the identity one unless
+    `--trajectories_of_another_model`)."""
+    check_token_ids(dataset, model, script_args.trajectories, name)
+    if not script_args.trajectories_of_another_model:
+        check_trajectory_model(model, script_args.trajectories, name)
+
+
 def check_token_ids(dataset: datasets.Dataset, model: Any, folders: list[str], name: str | None) -> None:
     """Refuses trajectories with token ids past the model's vocabulary (collected with another model's tokenizer)
     before training starts, where the embedding would fail on them in the first step."""
