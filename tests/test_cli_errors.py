@@ -365,11 +365,11 @@ CASES = {
         "'instruction', 'question'] (or pass --prompt_column NAME)",
         {"p.jsonl": b'{"text": "a"}\n'},
     ),
-    "train on held-out prompts from a file without a prompt column": Case(
-        [*STEPS["train"][0], "--model_name_or_path", "{ck}", "--heldout_prompts", "{tmp}/p.jsonl"],
+    "train on held-out prompts from a file without a prompt column": Case(  # read before the (broken) model loads
+        [*STEPS["train"][0], "--model_name_or_path", "{tmp}/bad", "--heldout_prompts", "{tmp}/p.jsonl"],
         "columns found: ['text']; accepted prompt columns: ['messages', 'conversations', 'prompt', 'input', "
         "'instruction', 'question']",  # no hint: train has no column flag, and `column=` is Python's
-        {"p.jsonl": b'{"text": "a"}\n'},
+        {"p.jsonl": b'{"text": "a"}\n', "bad/config.json": b"{ truncated"},
     ),
     **MODEL_CASES,
 }

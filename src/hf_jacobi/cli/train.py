@@ -134,11 +134,15 @@ class TrainScriptArguments:
             dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
 
-    def load_anchor_texts(self) -> datasets.Dataset | None:
+    def load_anchor_texts(self, base_kl_weight: float) -> datasets.Dataset | None:
         """The `--anchor_texts` (the first `--num_anchor_texts`), or None; read before the model loads, so that a bad
-        source is reported at once."""
+        source is reported at once. Refused when the KL anchor that reads them is off (`base_kl_weight`)."""
         if self.anchor_texts is None:
             return None
+        if not base_kl_weight > 0:
+            raise ValueError(
+                f"anchor_texts={self.anchor_texts!r} is read only by the KL anchor, which is off: set base_kl_weight > 0."
+            )
         from ..data.anchor_texts import load_anchor_texts
 
         return load_anchor_texts(self.anchor_texts, self.num_anchor_texts)
@@ -169,14 +173,20 @@ class TrainScriptArguments:
         self.check_init_adapter(peft_config)
         return PeftModel.from_pretrained(model, self.init_adapter, is_trainable=True)
 
-    def callback(self, tokenizer):
-        """The held-out speed callback these settings ask for, or None."""
+    def load_heldout_prompts(self) -> datasets.Dataset | None:
+        """The `--heldout_prompts` to measure on, or None; read before the model loads, so that a bad source is
+        reported at once."""
         if self.heldout_prompts is None:
+            return None
+        split = held_out_split(self.heldout_prompts, self.heldout_split)
+        return load_prompts(self.heldout_prompts, split=split, limit=self.heldout_num_prompts)
+
+    def callback(self, prompts: datasets.Dataset | None, tokenizer):
+        """The held-out speed callback on `prompts` (`load_heldout_prompts`), or None."""
+        if prompts is None:
             return None
         from ..training.heldout import HeldOutSpeedCallback
 
-        split = held_out_split(self.heldout_prompts, self.heldout_split)
-        prompts = load_prompts(self.heldout_prompts, split=split, limit=self.heldout_num_prompts)
         return HeldOutSpeedCallback(
             encode_prompts(prompts, tokenizer),
             jacobi_variants(self.heldout_settings, self.heldout_block_size),
@@ -223,12 +233,8 @@ def run_train(argv: list[str]) -> int:
     # bad data, a folder without the prompts asked for, or an adapter the run cannot continue is reported before the
     # model loads
     dataset = script_args.load()
-    if script_args.anchor_texts is not None and not training_args.base_kl_weight > 0:
-        raise ValueError(
-            f"anchor_texts={script_args.anchor_texts!r} is read only by the KL anchor, which is off: set "
-            "base_kl_weight > 0."
-        )
-    anchor_texts = script_args.load_anchor_texts()
+    anchor_texts = script_args.load_anchor_texts(training_args.base_kl_weight)
+    heldout_prompts = script_args.load_heldout_prompts()
     peft_config = get_peft_config(model_args)
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
@@ -239,7 +245,7 @@ def run_train(argv: list[str]) -> int:
             raise ValueError(f"eval_fraction must be in (0, 1), got {script_args.eval_fraction}.")
         split = dataset.train_test_split(test_size=script_args.eval_fraction, seed=training_args.seed)
         dataset, eval_dataset = split["train"], split["test"]
-    heldout = script_args.callback(tokenizer)
+    heldout = script_args.callback(heldout_prompts, tokenizer)
     if anchor_texts is not None:
         from ..data.anchor_texts import encode_anchor_texts
 
