@@ -498,6 +498,18 @@ def test_stop_after_steps_ends_a_run_inside_its_schedule_and_a_resume_past_it_tr
         trainer.train(resume_from_checkpoint=str(out / "checkpoint-2"))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a bfloat16 accelerator gets")
+def test_bf16_left_unset_trains_in_float32_on_a_machine_without_a_bfloat16_accelerator(tmp_path):
+    """TRL's default (bf16 unless fp16) made a first `hf-jacobi train` on a laptop fail in TrainingArguments."""
+    unset = dict(output_dir=str(tmp_path), report_to=[])
+    assert JacobiForcingConfig(**unset).bf16 is False
+    assert JacobiForcingConfig(**unset, use_cpu=True).bf16 is True  # the CPU's bfloat16 autocast, asked for
+    with pytest.raises(
+        ValueError, match=r"bf16=True needs an accelerator with bfloat16.*set use_cpu=True \(--use_cpu"
+    ):
+        JacobiForcingConfig(**unset, bf16=True)
+
+
 def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
     with pytest.raises(ValueError, match="noise_schedule must be one of"):
         config(tmp_path, noise_schedule="linear")

@@ -19,7 +19,8 @@ class JacobiForcingConfig(SFTConfig):
     Only the settings specific to Jacobi Forcing are listed; see [`trl.SFTConfig`] and
     [`transformers.TrainingArguments`] for the rest. Defaults that differ from `SFTConfig` follow the paper
     (AdamW betas (0.9, 0.95), no weight decay, 3% warmup, cosine decay, learning rate 1e-5) or the data: trajectory
-    datasets are already tokenized, so dataset preparation is skipped and no column is removed.
+    datasets are already tokenized, so dataset preparation is skipped and no column is removed. `bf16` left unset is
+    off on a machine without a bfloat16 accelerator (unless `use_cpu` asks for the CPU's bfloat16 autocast).
 
     Args:
         noise_schedule (`str`, *optional*, defaults to `"progressive"`):
@@ -86,6 +87,7 @@ class JacobiForcingConfig(SFTConfig):
     )
 
     def __post_init__(self):
+        self._settle_bf16()
         super().__post_init__()
         # The one place the schedule is checked: the collator and the schedule functions trust these values.
         if self.noise_schedule not in NOISE_SCHEDULES:
@@ -114,4 +116,20 @@ class JacobiForcingConfig(SFTConfig):
             raise ValueError(
                 "Jacobi Forcing trains on tokenized trajectories: dataset_kwargs must keep skip_prepare_dataset=True, "
                 f"got {self.dataset_kwargs!r}."
+            )
+
+    def _settle_bf16(self) -> None:
+        """TRL's default, bf16 unless fp16, makes TrainingArguments refuse a machine without a bfloat16 accelerator
+        unless `use_cpu` is set, so a first `hf-jacobi train` on a laptop would fail before reading its data. Left
+        unset there, bf16 is off (float32, transformers' own default); asked for, the refusal says what to set."""
+        from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+        if self.use_cpu or self.fp16 or is_torch_bf16_gpu_available() or is_torch_xla_available():
+            return
+        if self.bf16 is None:
+            self.bf16 = False
+        elif self.bf16:
+            raise ValueError(
+                "bf16=True needs an accelerator with bfloat16, and none is available here: set use_cpu=True "
+                "(--use_cpu true) for bfloat16 autocast on the CPU, or bf16=False (--bf16 false) to train in float32."
             )
