@@ -164,7 +164,11 @@ def _record_in_ledger(path: Path) -> None:
     ledger = ledger_path(path.parent, shard_rank_and_number(path)[0])
     names = _listed(ledger) if ledger.is_file() else []
     if path.name not in names:
-        write_text(ledger, json.dumps({"shards": sorted([*names, path.name])}, indent=1))
+        _write_ledger(ledger, [*names, path.name])
+
+
+def _write_ledger(ledger: Path, names: list[str]) -> None:
+    write_text(ledger, json.dumps({"shards": sorted(names)}, indent=1))
 
 
 def read_shard(path: Path) -> pa.Table:
@@ -203,7 +207,7 @@ def repair(folder: Path) -> list[Path]:
                 "%s lists %s, which %s not there (deleted, or not copied along): %s prompts are collected again.",
                 ledger, ", ".join(lost), "is" if len(lost) == 1 else "are", "its" if len(lost) == 1 else "their",
             )  # fmt: skip
-        write_text(ledger, json.dumps({"shards": [n for n in _listed(ledger) if n not in absent]}, indent=1))
+        _write_ledger(ledger, [name for name in _listed(ledger) if name not in absent])
     if set_aside:
         _fsync_folder(folder)
     return set_aside
