@@ -118,24 +118,13 @@ def model_folder(model: Any) -> Path | None:
 def identity_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """What differs between two identities, one phrase each ("its config differs (model_type llama -> qwen2)");
     empty when they are the same model."""
-    changes = []
-    old_config, new_config = recorded.get("config") or {}, current["config"]
-    if old_config.get("sha256") != new_config["sha256"]:
-        changes.append(f"its config differs ({_config_difference(old_config, new_config)})")
+    changes = [_config_change(recorded, current), _weights_change(recorded, current, comparable_only=False)]
     if recorded.get("dtype") != current["dtype"]:
-        changes.append(f"its dtype differs ({recorded.get('dtype')} -> {current['dtype']})")
-    old_weights, new_weights = recorded.get("weights") or {}, current["weights"]
-    if old_weights.get("source") != new_weights["source"]:
-        changes.append(
-            f"its weights cannot be compared (fingerprinted from {old_weights.get('source')} then, from "
-            f"{new_weights['source']} now)"
-        )
-    elif old_weights.get("sha256") != new_weights["sha256"]:
-        changes.append(f"its weights differ ({_files_difference(old_weights, new_weights)})")
+        changes.insert(1, f"its dtype differs ({recorded.get('dtype')} -> {current['dtype']})")
     old_adapter, new_adapter = recorded.get("adapter"), current["adapter"]
     if (old_adapter or {}).get("sha256") != (new_adapter or {}).get("sha256"):
         changes.append(f"its adapter differs ({_adapter_label(old_adapter)} -> {_adapter_label(new_adapter)})")
-    return changes
+    return [change for change in changes if change]
 
 
 TRAINING_UNCOMPARED_CONFIG_KEYS = frozenset({"use_cache", "quantization_config"})
@@ -150,20 +139,34 @@ def training_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[
     loaded in bfloat16), and so may the adapter (a later round collects from the base with the round's adapter merged
     and trains that adapter further on the base). Weights fingerprinted two ways (files then, parameters now) cannot
     be compared and are not a change."""
-    changes = []
-    old_config, new_config = recorded.get("config") or {}, current["config"]
-    before, after = old_config.get("values"), new_config.get("values")
-    if isinstance(before, dict) and isinstance(after, dict):
-        keys = (set(before) | set(after)) - TRAINING_UNCOMPARED_CONFIG_KEYS
-        differs = any(before.get(key) != after.get(key) for key in keys)
+    changes = [
+        _config_change(recorded, current, TRAINING_UNCOMPARED_CONFIG_KEYS),
+        _weights_change(recorded, current, comparable_only=True),
+    ]
+    return [change for change in changes if change]
+
+
+def _config_change(recorded: dict[str, Any], current: dict[str, Any], uncompared: frozenset = frozenset()) -> str:
+    """ "its config differs (...)", or "" when the configs agree on every key but the `uncompared` ones."""
+    old, new = recorded.get("config") or {}, current["config"]
+    before, after = old.get("values"), new.get("values")
+    if uncompared and isinstance(before, dict) and isinstance(after, dict):
+        differs = any(before.get(key) != after.get(key) for key in (set(before) | set(after)) - uncompared)
     else:
-        differs = old_config.get("sha256") != new_config["sha256"]
-    if differs:
-        changes.append(f"its config differs ({_config_difference(old_config, new_config)})")
-    old_weights, new_weights = recorded.get("weights") or {}, current["weights"]
-    if old_weights.get("source") == new_weights["source"] and old_weights.get("sha256") != new_weights["sha256"]:
-        changes.append(f"its weights differ ({_files_difference(old_weights, new_weights)})")
-    return changes
+        differs = old.get("sha256") != new["sha256"]
+    return f"its config differs ({_config_difference(old, new)})" if differs else ""
+
+
+def _weights_change(recorded: dict[str, Any], current: dict[str, Any], comparable_only: bool) -> str:
+    """ "its weights differ (...)", "its weights cannot be compared (...)" (unless `comparable_only`), or ""."""
+    old, new = recorded.get("weights") or {}, current["weights"]
+    if old.get("source") != new["source"]:
+        if comparable_only:
+            return ""
+        return (
+            f"its weights cannot be compared (fingerprinted from {old.get('source')} then, from {new['source']} now)"
+        )
+    return f"its weights differ ({_files_difference(old, new)})" if old.get("sha256") != new["sha256"] else ""
 
 
 def identity_summary(identity: dict[str, Any]) -> str:
