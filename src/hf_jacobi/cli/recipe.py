@@ -10,7 +10,7 @@ Each step's arguments and runner live in its own module (`collect`, `train`, `ev
 
 from __future__ import annotations
 
-from .common import USER_ERRORS, CliError, report_error, report_interrupt
+from .common import USER_ERRORS, report_error, report_interrupt, source_error
 
 STEPS = {
     "collect": "record Jacobi trajectories over a prompt set (hf-jacobi collect --help)",
@@ -40,7 +40,7 @@ def run_step(step: str, argv: list[str], debug: bool = False) -> int:
         from ..data.prompt_rows import PromptColumnError
 
         if isinstance(error, PromptColumnError):  # train has no column flag: its hint names no Python keyword
-            error, cause = CliError(error.message(None)), error
+            error, cause = source_error(error), error
             error.__cause__ = cause  # --debug prints where it came from
         return report_error(error, debug)
     except KeyboardInterrupt as error:
