@@ -2,7 +2,7 @@
 
 Two methods, both measured on the same sample (tokens of trajectory rows per second): `sequential`, the project's own
 collection (`collect_trajectories`: the Jacobi loop of `generate`, block after block), and `parallel` (known fixed
-points, `parallel.py`: greedy answers first, then every block's iterations at once). The bulk uses `--trajectory-method`.
+points, `hf_jacobi.data.block_iterations`: greedy answers first, then every block's iterations at once). The bulk uses `--trajectory-method`.
 
 Greedy answers are what resume needs: a later call rebuilds the parallel method's states from them in a few forwards,
 so `completions.parquet` (prompt id -> answer token ids, small enough to return) is written to the output folder as
@@ -23,13 +23,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hf_jacobi.data.block_iterations import block_trajectories
 from hf_jacobi.data.collection import collect_trajectories, load_trajectories
 from hf_jacobi.data.prompts import encode_prompts
 from hf_jacobi.data.shards import SCHEMA, SETTINGS_FILE, list_shards, shard_path, write_shard
 from hf_jacobi.loading import eos_token_ids
 
 from .budget import StageTimer
-from .parallel import block_trajectories, greedy_completions
 
 METHODS = ("parallel", "sequential")
 COMPLETIONS_SCHEMA = pa.schema([("prompt_id", pa.string()), ("completion_ids", pa.list_(pa.int32()))])
@@ -64,13 +64,19 @@ def _pad_id(model, tokenizer) -> int:
 
 def parallel_rows(model, tokenizer, prompt_ids, encoded, settings, known=None) -> tuple[list[dict], dict[str, float]]:
     """Trajectory rows of one batch by the parallel method (greedy answers generated unless `known` gives them), and
-    its timings: seconds generating, seconds iterating, forwards, argmax disagreements."""
-    pad, start = _pad_id(model, tokenizer), time.perf_counter()
-    answers = known or greedy_completions(
-        model, encoded, settings.max_new_tokens, pad, eos_token_ids(model.generation_config)
+    its timing: seconds (generation and iterations), batches whose answers were generated (0 or 1), forwards, argmax
+    disagreements."""
+    start = time.perf_counter()
+    blocks = block_trajectories(
+        model,
+        encoded,
+        settings.block_size,
+        max_new_tokens=settings.max_new_tokens,
+        pad_id=_pad_id(model, tokenizer),
+        eos_ids=eos_token_ids(model.generation_config),
+        draft_seed=settings.draft_seed,
+        answers=known,
     )
-    generated = time.perf_counter()
-    blocks = block_trajectories(model, encoded, answers, settings.block_size, pad, settings.draft_seed)
     rows = [
         {
             "prompt_id": prompt_id,
@@ -82,12 +88,12 @@ def parallel_rows(model, tokenizer, prompt_ids, encoded, settings, known=None) -
             "forward_passes": passes,
         }
         for prompt_id, prompt, answer, states, passes in zip(
-            prompt_ids, encoded, answers, blocks.states, blocks.forward_passes, strict=True
+            prompt_ids, encoded, blocks.answers, blocks.states, blocks.forward_passes, strict=True
         )
     ]
     timing = {
-        "generate_s": 0.0 if known else generated - start,
-        "iterate_s": time.perf_counter() - generated,
+        "seconds": time.perf_counter() - start,
+        "generated_batches": int(known is None),
         "forwards": blocks.forwards,
         "disagreements": blocks.disagreements,
     }
@@ -260,7 +266,7 @@ def collect_stage(
     done = _collected(folder)
     number = len(list_shards(folder))
     record: dict[str, Any] = {"method": settings.method, "dtype": settings.dtype, "already": len(done)}
-    totals = {"rows": 0, "tokens": 0, "generate_s": 0.0, "iterate_s": 0.0, "forwards": 0, "disagreements": 0}
+    totals = {"rows": 0, "tokens": 0, "forwards": 0, "disagreements": 0, "generated_batches": 0}
     start, last_save, record["stopped"] = time.perf_counter(), time.perf_counter(), "done"
     for batch in _batches(ids, [len(e) for e in encoded], done, known, settings.batch_size):
         if timer.expired():
