@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_jacobi import enable_jacobi, measurement
+from hf_jacobi import JacobiConfig, enable_jacobi, measurement
 from hf_jacobi.bench import report, runner
 from hf_jacobi.bench.runner import run_bench
 from hf_jacobi.bench.settings import AR_COMPILED, AR_STATIC, JACOBI, Setting, bench_settings, path_variants
@@ -366,3 +366,25 @@ def test_the_machine_line_names_the_cpu_model(tmp_path, monkeypatch):
     assert report.machine_description("cpu").startswith("CPU AMD EPYC 7B13 (")
     monkeypatch.setattr(report, "_cpu_model_name", lambda: None)
     assert "EPYC" not in report.machine_description("cpu")
+
+
+def test_explicit_jacobi_rows_run_jacobi_where_the_model_falls_back_and_the_default_row_says_it_does(tmp_path):
+    """A checkpoint whose generation config decodes greedily on this device (jacobi_greedy_devices) must not turn the
+    bench's explicit Jacobi rows into greedy under a Jacobi label; only the model-defaults row follows the fallback,
+    and its label names it."""
+    model = enable_jacobi(tiny_model("gemma", 0))
+    JacobiConfig(block_size=4, ngram_pool_size=2, greedy_devices=("cpu",)).write_to(model.generation_config)
+    explicit = bench_settings([4], ["plain", "both"], compiled_baseline=False)[1:]
+    default = Setting.model_defaults(model.generation_config)
+    run = run_bench(
+        model, tiny_tokenizer(), word_task(2), [Setting("AR", "ar"), *explicit, default], 16, 2, progress=False
+    )
+    rows = {row["setting"]: row for row in report.summarize(run)}
+    ar = rows["AR"]
+    for setting in explicit:
+        assert rows[setting.name]["tokens_per_forward"] > ar["tokens_per_forward"]  # Jacobi ran: fewer forwards
+    assert "greedy where the model falls back: cpu" in default.name
+    with pytest.warns(UserWarning, match="decodes greedily on cpu"):
+        kwargs = default.generate_kwargs(model.device)
+        model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2, **kwargs)
+    assert rows[default.name]["tokens_per_forward"] == pytest.approx(ar["tokens_per_forward"])

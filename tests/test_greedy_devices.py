@@ -32,7 +32,7 @@ def inputs():
 
 def test_a_listed_device_decodes_greedily_says_so_and_a_call_can_still_ask_for_jacobi(model):
     greedy = model.generate(**inputs(), max_new_tokens=NEW, do_sample=False, decoding="greedy")
-    with pytest.warns(UserWarning, match=r"decodes greedily on cpu: .* 'cpu' in jacobi_greedy_devices") as said:
+    with pytest.warns(UserWarning, match=r"decodes greedily on cpu in float32: .* 'cpu' in jacobi_greedy_devices") as said:
         fallback = model.generate(**inputs(), max_new_tokens=NEW, return_dict_in_generate=True)
     assert len([w for w in said if "decodes greedily" in str(w.message)]) == 1
     assert torch.equal(fallback.sequences, greedy) and not hasattr(fallback, "forward_passes")
@@ -67,3 +67,42 @@ def test_the_setting_travels_in_a_generation_config_and_is_checked(tmp_path):
             ValueError, match=r"jacobi_greedy_devices must be a list of device types such as \['cpu'\]"
         ):
             JacobiConfig(greedy_devices=bad)
+    for bad, why in (
+        ("cpu:int8", r"its dtype must be one of \['float32', 'bfloat16', 'float16'\]"),
+        ("cuda:bfloat16:amx", "only a 'cpu' entry names the CPU's bfloat16 units"),
+        ("cpu:bfloat16:sse", "only a 'cpu' entry names the CPU's bfloat16 units, one of"),
+        ("cpu:float32:none:x", "it must read 'device', 'device:dtype' or 'cpu:dtype:units'"),
+        (":float32", "it must read"),
+    ):
+        with pytest.raises(ValueError, match=rf"jacobi_greedy_devices entry '{bad}' is not understood: {why}"):
+            JacobiConfig(greedy_devices=[bad])
+
+
+@pytest.mark.parametrize(
+    ("entries", "dtype", "units", "greedy"),
+    [
+        (["cpu:float32"], torch.float32, "amx", True),
+        (["cpu:float32"], torch.bfloat16, "amx", False),
+        (["cpu:bfloat16:none"], torch.bfloat16, None, True),
+        (["cpu:bfloat16:none"], torch.bfloat16, "avx512_bf16", False),
+        (["cpu:bfloat16:avx512_bf16"], torch.bfloat16, "avx512_bf16", True),
+        (["cuda", "cpu:float16"], torch.bfloat16, None, False),
+        (["cpu"], torch.bfloat16, "amx", True),
+    ],
+)
+def test_an_entry_can_name_the_dtype_and_the_cpus_bfloat16_units(monkeypatch, entries, dtype, units, greedy):
+    """On a CPU, whether a block's verify pays depends on the dtype and on bfloat16 matrix units: the fallback keys on
+    both, and a model outside every entry runs Jacobi."""
+    import hf_jacobi.decoding.generate as generate_module
+
+    monkeypatch.setattr(generate_module, "bfloat16_units", lambda: units)
+    model = enable_jacobi(fresh_tiny_model("llama").to(dtype))
+    JacobiConfig(block_size=4, greedy_devices=entries).write_to(model.generation_config)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        out = model.generate(**inputs(), max_new_tokens=NEW, return_dict_in_generate=True)
+    fell_back = [str(w.message) for w in said if "decodes greedily" in str(w.message)]
+    assert bool(fell_back) == greedy and hasattr(out, "forward_passes") != greedy
+    if greedy:
+        name = str(dtype).removeprefix("torch.")
+        assert f"decodes greedily on cpu in {name}" in fell_back[0]

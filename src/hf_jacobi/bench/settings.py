@@ -51,7 +51,12 @@ class Setting:
         the same settings on the static cache, its forward compiled or not (padded to `static_widths` widths, else the
         device's default)."""
         config = _on_path(JacobiConfig.from_generation_config(generation_config), path, static_widths)
-        return cls(f"Jacobi default ({config.describe()})", JACOBI, config.block_size, DEFAULT_VARIANT, config)
+        fallback = f"; greedy where the model falls back: {', '.join(config.greedy_devices)}" * bool(
+            config.greedy_devices
+        )
+        return cls(
+            f"Jacobi default ({config.describe()}{fallback})", JACOBI, config.block_size, DEFAULT_VARIANT, config
+        )
 
     @classmethod
     def jacobi(cls, variant: str, block_size: int, path: str = EAGER, static_widths: int | None = None) -> Setting:
@@ -83,6 +88,11 @@ class Setting:
             config._compile_all_devices = device.type not in ("cuda", "xpu")
             return {"decoding": "greedy", "cache_implementation": "static", "compile_config": config}
         config = self.config if self.config is not None else variant_config(self.variant, self.block_size)
+        if self.variant != DEFAULT_VARIANT:
+            # an explicit setting runs Jacobi on every device: the model's generation config may list this device in
+            # jacobi_greedy_devices, which would time greedy decoding under a Jacobi label; the model-defaults row
+            # keeps the fallback (what a user of the checkpoint gets) and its label names it
+            config = config.replace(greedy_devices=())
         return config.to_generate_kwargs()
 
     @property

@@ -73,9 +73,11 @@ class JacobiConfig:
             0..V candidates at evenly spread counts, so a step with few candidates is not padded to the widest.
             None picks by device: up to 5 on a CPU, where every padded column costs; 1 on an accelerator, where one
             CUDA graph of the widest forward costs little more than a narrower one and each graph is a capture.
-        greedy_devices: Device types ("cpu", "cuda", "mps", ...) on which these settings do not pay, so that
-            `decoding="jacobi"` decodes greedily there instead (the same tokens, stock generate's output) and says so
-            once. A checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
+        greedy_devices: Where these settings do not pay, so that `decoding="jacobi"` decodes greedily there instead
+            (the same tokens, stock generate's output) and says so once. Each entry is a device type ("cpu", "cuda",
+            "mps", ...), optionally with a dtype ("cpu:float32": greedy on a CPU in float32 only) and on a CPU with
+            its bfloat16 units ("cpu:bfloat16:none": in bfloat16 on a CPU without them; "amx" and "avx512_bf16" name
+            them, see `hf_jacobi.cpu_info`): on a CPU the cost of verifying a block depends on both. A checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
             greedy where nothing pays; `jacobi_greedy_devices=[]` in a call runs Jacobi anyway. Collection, which
             records Jacobi states, and the project's own measurements always run Jacobi.
     """
@@ -258,13 +260,57 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{JACOBI_PREFIX}{name} must be an integer >= {minimum}, got {value!r}.")
 
 
+GREEDY_DTYPES = ("float32", "bfloat16", "float16")
+"""The dtypes a `greedy_devices` entry may name."""
+CPU_BFLOAT16_UNITS = ("amx", "avx512_bf16", "none")
+"""What a CPU entry may name as the CPU's bfloat16 units (`hf_jacobi.cpu_info.bfloat16_units`, "none" for none)."""
+
+
 def _device_types(value: Any) -> tuple[str, ...]:
-    """`greedy_devices` as a tuple of device type names (a list, as JSON stores it, or a tuple)."""
+    """`greedy_devices` as a tuple of entries "device[:dtype[:units]]" (a list, as JSON stores it, or a tuple)."""
     if isinstance(value, (list, tuple)) and all(isinstance(kind, str) and kind.strip() for kind in value):
-        return tuple(kind.strip().lower() for kind in value)
+        entries = tuple(kind.strip().lower() for kind in value)
+        for entry in entries:
+            _check_greedy_entry(entry)
+        return entries
     raise ValueError(
-        f"{JACOBI_PREFIX}greedy_devices must be a list of device types such as ['cpu'] (or [] for none), got {value!r}."
+        f"{JACOBI_PREFIX}greedy_devices must be a list of device types such as ['cpu'] or ['cpu:float32'] (or [] for "
+        f"none), got {value!r}."
     )
+
+
+def _check_greedy_entry(entry: str) -> None:
+    parts = entry.split(":")
+    device, dtype, units = [*parts, "", ""][:3]
+    problem = None
+    if not device or len(parts) > 3:
+        problem = "it must read 'device', 'device:dtype' or 'cpu:dtype:units'"
+    elif dtype and dtype not in GREEDY_DTYPES:
+        problem = f"its dtype must be one of {list(GREEDY_DTYPES)}"
+    elif units and (device != "cpu" or units not in CPU_BFLOAT16_UNITS):
+        problem = f"only a 'cpu' entry names the CPU's bfloat16 units, one of {list(CPU_BFLOAT16_UNITS)}"
+    if problem:
+        raise ValueError(
+            f"{JACOBI_PREFIX}greedy_devices entry {entry!r} is not understood: {problem} (e.g. 'cpu', 'cpu:float32', "
+            "'cpu:bfloat16:none')."
+        )
+
+
+def greedy_entry(
+    entries: tuple[str, ...] | None, device_type: str | None, dtype: Any, units: str | None
+) -> str | None:
+    """The first of `entries` that covers a model on `device_type` in `dtype` (a CPU's `units`: its bfloat16 units, None
+    for none), or None: an entry covers it when its device matches and its dtype and units, where given, match too."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    for entry in entries or ():
+        device, _, rest = entry.partition(":")
+        wanted_dtype, _, wanted_units = rest.partition(":")
+        if device != device_type or (wanted_dtype and wanted_dtype != dtype_name):
+            continue
+        if wanted_units and wanted_units != (units or "none"):
+            continue
+        return entry
+    return None
 
 
 def _needs_static(what: str, config: JacobiConfig) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
+from ..cpu_info import bfloat16_units
 from .call_settings import resolve_decoding, resolve_jacobi_config, split_jacobi_kwargs
-from .config import JACOBI_PREFIX, JacobiConfig
+from .config import JACOBI_PREFIX, JacobiConfig, greedy_entry
 from .loop import JacobiRuntime, jacobi_decode
 
 _ENABLED_FLAG = "_hf_jacobi_original_generate"
@@ -99,12 +100,17 @@ def _greedy_on_this_device(model, config: JacobiConfig) -> bool:
     which case the call decodes greedily; a warning says so, once per device type and message."""
     device_type = getattr(getattr(model, "device", None), "type", None)
     setting = f"{JACOBI_PREFIX}greedy_devices"
-    if not config.greedy_devices or device_type not in config.greedy_devices:
+    if not config.greedy_devices:
+        return False
+    dtype = getattr(model, "dtype", None)
+    units = bfloat16_units() if device_type == "cpu" else None
+    entry = greedy_entry(config.greedy_devices, device_type, dtype, units)
+    if entry is None:
         return False
     warnings.warn(
-        f"decoding='jacobi' decodes greedily on {device_type}: this model's Jacobi settings list {device_type!r} in "
-        f"{setting}, where they were measured slower than greedy decoding (the tokens are the same). Pass "
-        f"{setting}=[] to run Jacobi decoding anyway.",
+        f"decoding='jacobi' decodes greedily on {device_type} in {str(dtype).removeprefix('torch.')}: this model's "
+        f"Jacobi settings list {entry!r} in {setting}, where they were measured slower than greedy decoding (the "
+        f"tokens are the same). Pass {setting}=[] to run Jacobi decoding anyway.",
         UserWarning,
         stacklevel=4,
     )

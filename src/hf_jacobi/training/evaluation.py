@@ -134,7 +134,7 @@ def canonical_solution_nll(model, tokenizer, limit: int | None = None, batch_siz
     """NLL per token of HumanEval's canonical solutions, each given its problem's prompt as a raw completion.
 
     A quality check independent of any model's own text: training for fewer forwards must not make a model worse at
-    predicting correct code (the issue's bar: at most 1.10x the base model's figure)."""
+    predicting correct code (the project's gate: at most 1.10x the base model's figure)."""
     from ..data.humaneval import load_humaneval
 
     problems = load_humaneval(limit)

@@ -3,26 +3,31 @@ card's claim of training rests on) and the recipe section of its card."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._version import __version__
 from .config import JacobiForcingConfig
 
-if TYPE_CHECKING:
-    from .trainer import JacobiForcingTrainer
 
-
-def training_record(trainer: JacobiForcingTrainer) -> dict[str, Any]:
-    """What the saved weights come out of: the method, base model, steps, data and recipe of this run."""
-    args = trainer.args
+def training_record(
+    args: JacobiForcingConfig,
+    *,
+    base_model: str | None,
+    adapter: bool,
+    global_step: int,
+    trajectories: int,
+    trained_block_size: int | None,
+) -> dict[str, Any]:
+    """What the saved weights come out of: the method, base model, steps, data and recipe of this run (the trainer
+    passes what it knows, so that this module needs nothing of the trainer's)."""
     return {
         "method": "Jacobi Forcing",
         "hf_jacobi_version": __version__,
-        "base_model": trainer._base_model_name(),
-        "adapter": bool(getattr(trainer.model, "peft_config", None)),
-        "global_step": trainer.state.global_step,
-        "trajectories": len(trainer.train_dataset),
-        "trained_block_size": trainer._trained_block_size,
+        "base_model": base_model,
+        "adapter": adapter,
+        "global_step": global_step,
+        "trajectories": trajectories,
+        "trained_block_size": trained_block_size,
         "noise_schedule": args.noise_schedule,
         "noise_window": args.noise_window,
         "ar_loss_weight": args.ar_loss_weight,

@@ -233,7 +233,15 @@ class JacobiForcingTrainer(SFTTrainer):
             return
         folder = Path(output_dir if output_dir is not None else self.args.output_dir)
         complete_checkpoint(folder, self._jacobi_settings(folder))
-        write_training_record(folder, training_record(self))
+        record = training_record(
+            self.args,
+            base_model=self._base_model_name(),
+            adapter=bool(getattr(self.model, "peft_config", None)),
+            global_step=self.state.global_step,
+            trajectories=len(self.train_dataset),
+            trained_block_size=self._trained_block_size,
+        )
+        write_training_record(folder, record)
 
     def _jacobi_settings(self, folder: Path) -> JacobiConfig:
         """The Jacobi defaults of a saved folder: settings it already carries (e.g. tuned ones from an earlier round)

@@ -1,0 +1,56 @@
+"""What the CPU offers for bfloat16 arithmetic, read once from the operating system.
+
+Why: on a CPU the cost of verifying a block of draft tokens, and so whether Jacobi decoding beats greedy, depends on
+the dtype and on the CPU's matrix units. With bfloat16 units (Intel AMX tiles, or AVX-512 BF16 dot products) a forward
+of 16 tokens costs little more than one of 1, so decoding, collection and training in bfloat16 are several times faster
+than in float32; without them bfloat16 is emulated and slower. Figures that depend on it record it (`cpu_description`)
+and the per-device fallback keys on it (`bfloat16_units`).
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from pathlib import Path
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The flags the kernel lists for the first CPU (empty where /proc/cpuinfo is absent: macOS, Windows)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def bfloat16_units() -> str | None:
+    """ "amx" (Intel AMX bfloat16 tiles), "avx512_bf16" (AVX-512 bfloat16 dot products) or None (emulated bfloat16)."""
+    flags = cpu_flags()
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512_bf16"
+    return None
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC", "Intel(R) Xeon(R) ..."), or the platform's processor string."""
+    try:
+        for line in CPUINFO.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_description() -> str:
+    """The CPU model with its bfloat16 units, as recorded beside CPU figures: "AMD EPYC (bfloat16: avx512_bf16)"."""
+    return f"{cpu_model()} (bfloat16: {bfloat16_units() or 'none'})"
