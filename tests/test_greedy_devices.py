@@ -32,7 +32,9 @@ def inputs():
 
 def test_a_listed_device_decodes_greedily_says_so_and_a_call_can_still_ask_for_jacobi(model):
     greedy = model.generate(**inputs(), max_new_tokens=NEW, do_sample=False, decoding="greedy")
-    with pytest.warns(UserWarning, match=r"decodes greedily on cpu in float32: .* 'cpu' in jacobi_greedy_devices") as said:
+    with pytest.warns(
+        UserWarning, match=r"decodes greedily on cpu in float32: .* 'cpu' in jacobi_greedy_devices"
+    ) as said:
         fallback = model.generate(**inputs(), max_new_tokens=NEW, return_dict_in_generate=True)
     assert len([w for w in said if "decodes greedily" in str(w.message)]) == 1
     assert torch.equal(fallback.sequences, greedy) and not hasattr(fallback, "forward_passes")

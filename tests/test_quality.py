@@ -4,16 +4,27 @@ whole protocol runs on a tiny model with every Jacobi output still checked again
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from hf_jacobi.bench import quality_eval
 from hf_jacobi.bench.quality import answer_quality, passed_code_tasks
-from hf_jacobi.bench.quality_eval import ModelQuality, QualityProtocol, RequestSet, measure_model, targets_met
+from hf_jacobi.bench.quality_eval import (
+    ModelQuality,
+    QualityProtocol,
+    RequestSet,
+    measure_jacobi_answers,
+    measure_model,
+    targets_met,
+)
 from hf_jacobi.bench.quality_report import markdown_table, plot_front
 from hf_jacobi.data.quality_sets import load_code_tasks
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.measurement import COLLAPSE_WINDOW, collapsed, common_prefix
 from tiny_models import tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def varied(length: int, start: int = 0) -> list[int]:
@@ -70,19 +81,23 @@ def test_targets_compare_each_figure_with_the_base():
     assert checks["requests/distinct_3grams"] is False  # (8 x 62 + 4) / 620 = 0.81x of the base's 1.0
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory):
-    """The whole protocol on a tiny random model: the 'adapter' is another seed of the same family."""
-    tokenizer = tiny_tokenizer()
-    base_model, other = tiny_model("llama", 0), tiny_model("llama", 1)
+def tiny_protocol() -> QualityProtocol:
     prompts = [[5, 9, 14, 3], [8, 40, 41], [100, 101, 102]]
-    protocol = QualityProtocol(
+    return QualityProtocol(
         sets=[RequestSet("requests", prompts)],
         speed_prompts=prompts[:2],
         settings={"plain": JacobiConfig(block_size=4), "both": JacobiConfig(block_size=4, num_blocks=2)},
         max_new_tokens=12,
         batch_size=2,
     )
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """The whole protocol on a tiny random model: the 'adapter' is another seed of the same family."""
+    tokenizer = tiny_tokenizer()
+    base_model, other = tiny_model("llama", 0), tiny_model("llama", 1)
+    protocol = tiny_protocol()
     base = measure_model("base", base_model, base_model, tokenizer, protocol)
     model = measure_model("other", other, base_model, tokenizer, protocol, base)
     return base, model
@@ -188,3 +203,167 @@ def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_pro
         main(["quality", "--merge", str(tmp_path / "first"), str(adapter_run), "--output-dir", str(merged_dir)]) == 1
     )
     assert "was measured with another model or protocol" in capsys.readouterr().err
+
+
+def jacobi_models():
+    """The tiny base, and the 'adapter' with Jacobi settings of its own in its generation config (as a trained
+    adapter's has), so that each row decodes with its own model's defaults."""
+    base_model, other = tiny_model("llama", 0), tiny_model("llama", 1)
+    JacobiConfig(block_size=4, ngram_pool_size=2).write_to(other.generation_config)
+    return base_model, other
+
+
+@pytest.fixture(scope="module")
+def jacobi_rows(measured):
+    """Each model's answers decoded by Jacobi with its own default settings, in float32."""
+    base, other = measured
+    base_model, other_model = jacobi_models()
+    protocol, tokenizer = tiny_protocol(), tiny_tokenizer()
+    return (
+        measure_jacobi_answers(base, base_model, base_model, tokenizer, protocol),
+        measure_jacobi_answers(other, other_model, base_model, tokenizer, protocol, base),
+    )
+
+
+def without(figures: dict, *keys: str) -> dict:
+    return {k: v for k, v in figures.items() if k not in keys}
+
+
+def test_in_float32_jacobi_answers_are_the_greedy_answers_and_judged_the_same(measured, jacobi_rows):
+    base, other = measured
+    base_jacobi, other_jacobi = jacobi_rows
+    # the base sets no Jacobi settings, so JacobiConfig's defaults decode it; the adapter decodes with its own
+    assert base_jacobi.name == "base · Jacobi (block 16, JacobiConfig defaults)"
+    assert other_jacobi.name == "other · Jacobi (block 4, pool 2)"
+    assert other_jacobi.jacobi_of == "other" and other_jacobi.jacobi_settings["greedy_devices"] == ()
+    for greedy, jacobi in ((base, base_jacobi), (other, other_jacobi)):
+        quality = jacobi.quality["requests"]
+        assert quality.identical_to_own_greedy == quality.answers == 3
+        assert jacobi.answers == greedy.answers
+    # judged against the base's greedy answers: the base's Jacobi row agrees with them everywhere
+    assert base_jacobi.quality["requests"].identical_to_base == 3
+    base_figures = base.quality["requests"].to_dict()
+    assert without(base_jacobi.quality["requests"].to_dict(), "identical_to_own_greedy", "identical_to_base") == (
+        without(base_figures, "identical_to_base") | {"mean_common_prefix": base_figures["tokens"] / 3}
+    )
+    assert without(other_jacobi.quality["requests"].to_dict(), "identical_to_own_greedy") == (
+        other.quality["requests"].to_dict()
+    )
+    assert targets_met(other_jacobi, base) == targets_met(other, base)
+    # greedy rows keep the keys runs wrote before Jacobi rows existed; Jacobi rows read back whole from JSON
+    assert (
+        "jacobi_of" not in other.to_dict() and "identical_to_own_greedy" not in other.to_dict()["quality"]["requests"]
+    )
+    read = ModelQuality.from_dict(json.loads(json.dumps(other_jacobi.to_dict())), other_jacobi.answers)
+    assert read.to_dict() == json.loads(json.dumps(other_jacobi.to_dict()))
+
+
+def test_the_table_and_the_front_show_the_jacobi_rows(measured, jacobi_rows, tmp_path):
+    base, other = measured
+    models = [base, jacobi_rows[0], other, jacobi_rows[1]]
+    lines = markdown_table(models, base).splitlines()
+    head = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    column = head.index("identical to its own greedy")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    assert [row[0] for row in rows] == [m.name for m in models]
+    assert [row[column] for row in rows] == ["-", "3 of 3", "-", "3 of 3"]
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    # without Jacobi rows the table keeps its columns (`hf-jacobi demo`, committed runs)
+    assert "identical to its own greedy" not in markdown_table([base, other], base)
+    assert plot_front(models, tmp_path / "front.png", "requests").stat().st_size > 1000
+
+
+def test_jacobi_answers_that_differ_are_counted_and_judged_as_they_are(measured, monkeypatch):
+    """Where Jacobi's answers are not greedy's (bfloat16), the row judges Jacobi's: a loop in one of them shows."""
+    base, other = measured
+    loop = [7, 8, 9, 10] * 16
+    calls = []
+
+    def jacobi_answers(model, prompts, max_new_tokens, batch_size, config):
+        calls.append(config)
+        greedy = other.answers["requests"]
+        return [loop, *greedy[1:]]
+
+    monkeypatch.setattr(quality_eval, "batched_answers", jacobi_answers)
+    _, other_model = jacobi_models()
+    row = measure_jacobi_answers(other, other_model, tiny_model("llama", 0), tiny_tokenizer(), tiny_protocol(), base)
+    assert calls == [JacobiConfig(block_size=4, ngram_pool_size=2, greedy_devices=())]
+    quality = row.quality["requests"]
+    assert quality.identical_to_own_greedy == 2 < quality.answers == 3
+    assert quality.collapsed == 1 and quality.tokens == len(loop) + sum(map(len, other.answers["requests"][1:]))
+    assert targets_met(other, base)["requests/collapse"] is True
+    assert targets_met(row, base)["requests/collapse"] is False  # 1 of 3 collapsed against the base's none
+    assert "| 2 of 3 |" in markdown_table([base, other, row], base)
+
+
+def test_the_command_decodes_jacobi_answers_reuses_them_and_merges_them(tmp_path, monkeypatch, capsys):
+    from hf_jacobi.cli import main
+
+    folder = tmp_path / "tiny"
+    tiny_model("llama", 0).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    common = ["quality", "--model", str(folder), "--num-prompts", "2", "--num-speed-prompts", "1"]
+    common += ["--max-new-tokens", "6", "--block-size", "4", "--settings", "plain"]
+    assert main([*common, "--output-dir", str(tmp_path / "greedy")]) == 0
+    # an earlier run without --jacobi-answers lends its base, and the base's Jacobi row is measured
+    earlier = ["--base-results", str(tmp_path / "greedy")]
+    assert main([*common, "--jacobi-answers", *earlier, "--output-dir", str(tmp_path / "jacobi")]) == 0
+    results = json.loads((tmp_path / "jacobi" / "quality.json").read_text())
+    label = "base · Jacobi (block 16, JacobiConfig defaults)"
+    assert [m["name"] for m in results["models"]] == ["base", label]
+    jacobi = results["models"][1]
+    assert jacobi["jacobi_of"] == "base" and set(jacobi["quality"]) == {"requests", "code-tasks"}
+    for figures in jacobi["quality"].values():
+        assert figures["identical_to_own_greedy"] == figures["answers"] == 2
+    assert all(results["targets_met"][label].values())
+    answers = json.loads((tmp_path / "jacobi" / "answers.json").read_text())
+    assert answers[label] == answers["base"]
+    assert "identical to its own greedy" in (tmp_path / "jacobi" / "quality.md").read_text()
+
+    # a run with --jacobi-answers lends its base's Jacobi row too: nothing is decoded for it again
+    def refuse(*args, **kwargs):
+        raise AssertionError("the base's Jacobi answers were decoded again")
+
+    monkeypatch.setattr(quality_eval, "measure_jacobi_answers", refuse)
+    reused = [*common, "--jacobi-answers", "--base-results", str(tmp_path / "jacobi")]
+    assert main([*reused, "--output-dir", str(tmp_path / "reused")]) == 0
+    assert json.loads((tmp_path / "reused" / "quality.json").read_text())["models"] == results["models"]
+
+    # --merge keeps Jacobi rows, and --rename relabels an adapter's together with it
+    adapter_run = tmp_path / "adapter-run"
+    adapter_run.mkdir()
+    mine, mine_jacobi = {**results["models"][0], "name": "mine"}, {**jacobi, "name": "mine · Jacobi (block 4)"}
+    mine_jacobi["jacobi_of"] = "mine"
+    with_adapter = {**results, "models": [*results["models"], mine, mine_jacobi]}
+    (adapter_run / "quality.json").write_text(json.dumps(with_adapter))
+    extra = {"mine": answers["base"], "mine · Jacobi (block 4)": answers["base"]}
+    (adapter_run / "answers.json").write_text(json.dumps({**answers, **extra}))
+    merge = ["quality", "--merge", str(tmp_path / "jacobi"), str(adapter_run), "--rename", "mine=round9"]
+    assert main([*merge, "--output-dir", str(tmp_path / "merged")]) == 0
+    merged = json.loads((tmp_path / "merged" / "quality.json").read_text())
+    assert [m["name"] for m in merged["models"]] == ["base", label, "round9", "round9 · Jacobi (block 4)"]
+    assert merged["models"][3]["jacobi_of"] == "round9"
+    assert "round9 · Jacobi (block 4)" in json.loads((tmp_path / "merged" / "answers.json").read_text())
+    assert "| round9 · Jacobi (block 4) |" in (tmp_path / "merged" / "quality.md").read_text()
+    capsys.readouterr()
+    assert main([*merge, "--jacobi-answers", "--output-dir", str(tmp_path / "merged")]) == 1
+    assert "it takes no --adapters, --base-results or --jacobi-answers" in capsys.readouterr().err
+
+
+def test_committed_runs_without_jacobi_rows_still_merge(tmp_path):
+    """Runs written before --jacobi-answers existed read as they are, and a merge of them writes what it did."""
+    from hf_jacobi.cli import main
+
+    runs = [ROOT / "docs" / "results" / "quality-cpu" / name for name in ("repair-step100", "repair-step171")]
+    assert main(["quality", "--merge", *map(str, runs), "--output-dir", str(tmp_path)]) == 0
+    written = (tmp_path / "quality.json").read_text()
+    assert "jacobi" not in written and "identical_to_own_greedy" not in written
+    assert "identical to its own greedy" not in (tmp_path / "quality.md").read_text()
+
+
+def test_the_flag_is_offered(capsys):
+    from hf_jacobi.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["quality", "--help"])
+    assert "--jacobi-answers" in capsys.readouterr().out

@@ -7,7 +7,13 @@ clone needs lives in the committed folder `data/campaign-cpu/` (prompt set, traj
 in an ignored one:
 
     python recipes/smollm2-135m/cpu_campaign.py collect            # resumes; stop it any time (a kill loses a batch)
-    python recipes/smollm2-135m/cpu_campaign.py status             # what is collected, at what rate
+    python recipes/smollm2-135m/cpu_campaign.py status             # what is collected, trained and judged
+    python recipes/smollm2-135m/cpu_campaign.py train --variant lora-r16 --trajectories 2000 [--minutes 150]
+    python recipes/smollm2-135m/cpu_campaign.py judge --run lora-r16-n2000     # hf-jacobi quality, beside the base
+
+Training resumes from the newest checkpoint of its run folder (`runs/cpu-campaign/<variant>-n<N>`, ignored), saved
+every 20 minutes and at the deadline; `--minutes` stops it and copies the newest checkpoint into the committed
+`data/campaign-cpu/checkpoints/<run>/` (one per run, replaced at each stop), from which a fresh clone resumes.
 
 Collection order: the training prompts shuffled (seed 0), then sorted by length within chunks of 1,024 (less
 padding per batch), so the first 2,000 or 5,000 collected are a random sample of the whole: the scaling curve's
@@ -21,18 +27,78 @@ import json
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "data" / "campaign-cpu"
-PROMPTS = DATA / "prompts.parquet"
-TRAJECTORIES = DATA / "trajectories"
-PROGRESS = DATA / "progress.jsonl"
+SAVE_EVERY_S = 20 * 60
+CPU_TRAIN_FLAGS = [
+    "--use_cpu",
+    "true",
+    "--bf16",
+    "true",  # bfloat16 autocast on the CPU: about twice float32's speed where it has bfloat16 units
+    "--dataloader_num_workers",
+    "0",
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    "100000",  # PeriodicSave saves by the clock instead
+]
+RESUME_FLAGS = [
+    "--save_only_model",
+    "false",  # the optimizer and scheduler states travel with a checkpoint, so that a run resumes exactly
+    "--save_total_limit",
+    "1",
+]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the campaign keeps what (the committed data folder, the ignored run folder) and which model it trains."""
+
+    data: Path = ROOT / "data" / "campaign-cpu"
+    runs: Path = ROOT.parents[1] / "runs" / "cpu-campaign"
+    model: str = "embedded"
+    tiny: bool = False
+    """A tiny checkpoint and toy sizes: the rehearsal the test suite runs."""
+
+    @property
+    def prompts(self) -> Path:
+        return self.data / "prompts.parquet"
+
+    @property
+    def trajectories(self) -> Path:
+        return self.data / "trajectories"
+
+    @property
+    def progress(self) -> Path:
+        return self.data / "progress.jsonl"
+
+    @property
+    def order(self) -> Path:
+        """The training prompts in collection order (`prompt_id`, `prompt`): the first N are a prompt file to train on."""
+        return self.data / "train-order.parquet"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.data / "checkpoints"
+
+    @property
+    def judged(self) -> Path:
+        return self.data / "judged"
+
+    @property
+    def adapters(self) -> Path:
+        """Each finished run's adapter in bfloat16 (what is judged, and shipped if it wins)."""
+        return self.data / "adapters"
+
+
 CHUNK = 1024
 """Prompts sorted by length together; also the granularity at which a prefix of the order is a random sample."""
 SETTINGS = {"block_size": 16, "max_new_tokens": 128, "draft_seed": 0, "method": "parallel"}
+TINY_SETTINGS = {**SETTINGS, "block_size": 4, "max_new_tokens": 12}
 
 
 def collection_order(prompt_ids: list[str], lengths: list[int], seed: int = 0) -> list[int]:
@@ -43,62 +109,72 @@ def collection_order(prompt_ids: list[str], lengths: list[int], seed: int = 0) -
     return [i for chunk in chunks for i in sorted(chunk, key=lambda i: (lengths[i], prompt_ids[i]))]
 
 
-def ordered_train_prompts(tokenizer):
-    """The training split as a prompt dataset, in collection order."""
+def ordered_train_prompts(layout: Layout, tokenizer):
+    """The training split as a prompt dataset, in collection order (also written to `layout.order`, once)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     from campaign.prompts import PromptSet
 
     from hf_jacobi.data.prompts import encode_prompts
 
-    train = PromptSet.read(PROMPTS).dataset("train")
+    prompt_set = PromptSet.read(layout.prompts)
+    train = prompt_set.dataset("train")
     lengths = [len(ids) for ids in encode_prompts(train, tokenizer)]
-    return train.select(collection_order(list(train["prompt_id"]), lengths))
+    ordered = train.select(collection_order(list(train["prompt_id"]), lengths))
+    if not layout.order.is_file():
+        texts = prompt_set.texts("train")
+        ids = list(ordered["prompt_id"])
+        table = pa.table({"prompt_id": ids, "prompt": [texts[i] for i in ids]})
+        pq.write_table(table, layout.order, compression="zstd")
+    return ordered
 
 
-def _collected_count() -> tuple[int, int]:
+def _collected_count(layout: Layout) -> tuple[int, int]:
     """(rows, answer tokens) in the committed trajectory folder."""
     import pyarrow.parquet as pq
 
     from hf_jacobi.data.shards import list_shards
 
     rows = tokens = 0
-    for shard in list_shards(TRAJECTORIES) if TRAJECTORIES.is_dir() else []:
+    for shard in list_shards(layout.trajectories) if layout.trajectories.is_dir() else []:
         column = pq.read_table(shard, columns=["completion_ids"]).column("completion_ids").to_pylist()
         rows, tokens = rows + len(column), tokens + sum(len(c) for c in column)
     return rows, tokens
 
 
 def collect(args: argparse.Namespace) -> int:
-    """Collects the training prompts' trajectories into TRAJECTORIES, `--step` prompts at a time (each step's rate
-    appended to PROGRESS), until `--prompts` are collected or `--minutes` have passed."""
+    """Collects the training prompts' trajectories into the data folder, `--step` prompts at a time (each step's rate
+    appended to its progress log), until `--prompts` are collected or `--minutes` have passed."""
+    layout = args.layout
     import torch
 
     from hf_jacobi.data.collection import collect_trajectories
     from hf_jacobi.loading import load_model
 
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model("embedded", dtype=args.dtype)
-    prompts = ordered_train_prompts(tokenizer)
+    model, tokenizer = load_model(layout.model, dtype=args.dtype)
+    prompts = ordered_train_prompts(layout, tokenizer)
     wanted = min(args.prompts or len(prompts), len(prompts))
-    deadline = time.monotonic() + 60 * args.minutes if args.minutes else float("inf")
-    done, _ = _collected_count()
+    deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
+    done, _ = _collected_count(layout)
     while done < wanted and time.monotonic() < deadline:
         goal = min(wanted, (done // args.step + 1) * args.step)
-        rows_before, tokens_before = done, _collected_count()[1]
+        rows_before, tokens_before = done, _collected_count(layout)[1]
         start = time.perf_counter()
         with torch.inference_mode():
             collect_trajectories(
                 model,
                 tokenizer,
                 prompts.select(range(goal)),
-                TRAJECTORIES,
+                layout.trajectories,
                 batch_size=args.batch_size,
                 shard_size=args.batch_size,
-                model_id=f"embedded ({args.dtype})",
+                model_id=f"{layout.model} ({args.dtype})",
                 progress=False,
-                **SETTINGS,
+                **(TINY_SETTINGS if layout.tiny else SETTINGS),
             )
         seconds = time.perf_counter() - start
-        done, tokens = _collected_count()
+        done, tokens = _collected_count(layout)
         step = {
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "rows": done - rows_before,
@@ -112,7 +188,7 @@ def collect(args: argparse.Namespace) -> int:
             "threads": args.threads,
             "machine": _machine(),
         }
-        with PROGRESS.open("a") as log:
+        with layout.progress.open("a") as log:
             log.write(json.dumps(step) + "\n")
         print(json.dumps(step), flush=True)
     return 0
@@ -120,25 +196,184 @@ def collect(args: argparse.Namespace) -> int:
 
 def _machine() -> str:
     """The CPU model and whether it has bfloat16 units (what the rate depends on)."""
-    from hf_jacobi.cpu_info import cpu_description
+    from hf_jacobi.decoding.cpu_info import cpu_description
 
     return cpu_description()
 
 
-def status(_: argparse.Namespace) -> int:
-    """Rows and tokens collected, and the rate over the progress log."""
-    rows, tokens = _collected_count()
-    steps = [json.loads(line) for line in PROGRESS.read_text().splitlines()] if PROGRESS.is_file() else []
+def _first_collected(layout: Layout, count: int) -> bool:
+    """Whether the first `count` prompts of the collection order all have a trajectory."""
+    import pyarrow.parquet as pq
+
+    from hf_jacobi.data.shards import list_shards
+
+    wanted = set(pq.read_table(layout.order, columns=["prompt_id"]).column("prompt_id").to_pylist()[:count])
+    for shard in list_shards(layout.trajectories):
+        wanted -= set(pq.read_table(shard, columns=["prompt_id"]).column("prompt_id").to_pylist())
+    return not wanted
+
+
+def _finished(run: Path) -> bool:
+    """Whether the run saved final weights at the end of its schedule (a run stopped at a deadline saves them too)."""
+    from campaign.lowrank import ADAPTER_FILE
+
+    state = run / "trainer_state.json"
+    if not (run / ADAPTER_FILE).is_file() or not state.is_file():
+        return False
+    record = json.loads(state.read_text())
+    return record["global_step"] >= record["max_steps"]
+
+
+def _newest_checkpoint(folder: Path) -> Path | None:
+    found = [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+    return max(found, key=lambda p: int(p.name.split("-")[1])) if found else None
+
+
+def train(args: argparse.Namespace) -> int:
+    """Trains `--variant` on the first `--trajectories` prompts' trajectories for one epoch, resuming from the run
+    folder's newest checkpoint, else the committed one; stops after `--minutes` and commits its newest checkpoint."""
+    import shutil
+
+    from campaign import training
+    from campaign.lowrank import to_bfloat16
+
+    layout = args.layout
+    name = f"{args.variant}-n{args.trajectories}"
+    run, committed = layout.runs / name, layout.checkpoints / name
+    if not layout.order.is_file() or not _first_collected(layout, args.trajectories):
+        raise SystemExit(
+            f"the first {args.trajectories} prompts of {layout.order} are not all collected yet: collect first"
+        )
+    if _newest_checkpoint(run) is None and _newest_checkpoint(committed) is not None:
+        source = _newest_checkpoint(committed)
+        shutil.copytree(source, run / source.name)
+        print(f"resuming from the committed {source}", flush=True)
+    arguments = training.train_arguments(args.variant, layout.trajectories, run, layout.model, tiny=layout.tiny)
+    arguments += ["--trajectory_prompts", str(layout.order), "--num_trajectory_prompts", str(args.trajectories)]
+    arguments += ([] if layout.tiny else CPU_TRAIN_FLAGS) + RESUME_FLAGS + args.extra
+    if _newest_checkpoint(run) is not None:
+        arguments += ["--resume_from_checkpoint", "last"]
+    deadline = time.time() + 60 * args.minutes if args.minutes is not None else float("inf")
+    code = training.run_variant(arguments, deadline, save_every=SAVE_EVERY_S)
+    if _finished(run):  # the epoch ended: the adapter is what later stages need, not a checkpoint
+        to_bfloat16(run, layout.adapters / name)
+        shutil.rmtree(committed, ignore_errors=True)
+    elif args.commit_checkpoint and (newest := _newest_checkpoint(run)) is not None:
+        shutil.rmtree(committed, ignore_errors=True)
+        shutil.copytree(newest, committed / newest.name)
+    return code
+
+
+def judge(args: argparse.Namespace) -> int:
+    """`hf-jacobi quality` of the base (once) and of `--run`'s final adapter on the judging requests, `requests`
+    and `code-tasks`, with held-out tokens per forward; results in the data folder's `judged/`, with `judged.md`."""
+    layout = args.layout
+    from campaign import judging
+    from campaign.lowrank import ADAPTER_FILE
+    from campaign.prompts import PromptSet
+
+    from hf_jacobi.cli import main as cli_main
+
+    judge_file = layout.runs / "judge.parquet"
+    if not judge_file.is_file():
+        judge_file.parent.mkdir(parents=True, exist_ok=True)
+        PromptSet.read(layout.prompts).dataset("judge").to_parquet(str(judge_file))
+    settings = judging.JudgeSettings(batch_size=args.judge_batch_size, tiny=layout.tiny)
+    model = None if layout.model == "embedded" else layout.model
+    base = layout.judged / "base"
+    if not (base / "quality.json").is_file():
+        cli_main(settings.arguments(model, judge_file, base))
+    weights = layout.adapters / args.run
+    if not (weights / ADAPTER_FILE).is_file():
+        raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
+    arguments = settings.arguments(model, judge_file, layout.judged / args.run)
+    cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
+    runs = sorted(p.name for p in layout.judged.iterdir() if p.is_dir() and p.name != "base")
+    rows = judging.read_judged([base, *(layout.judged / r for r in runs)], runs)
+    (layout.judged / "judged.md").write_text(judging.markdown(rows, {}))
+    return 0
+
+
+SCALING_POINTS = (2000, 5000)
+"""Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
+JUDGE_MINUTES = 45.0
+"""A judge is started only with this much of the sitting left (it does not resume: it takes ~20 minutes here)."""
+
+
+def plan_steps(total: int, tiny: bool) -> list[tuple[str, str | None, int]]:
+    """The campaign in order, as (stage, variant or run, trajectories): each scaling point collected, trained and
+    judged before the next is collected, then the higher-capacity variant on the full set."""
+    points = [n for n in ((4,) if tiny else SCALING_POINTS) if n < total] + [total]
+    steps: list[tuple[str, str | None, int]] = []
+    for variant, sizes in (("lora-r16", points), ("lora-r64", [total])):
+        for n in sizes:
+            steps += [("collect", None, n), ("train", variant, n), ("judge", f"{variant}-n{n}", n)]
+    return list(dict.fromkeys(steps))  # the full set is collected once
+
+
+def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
+    if stage == "collect":
+        return layout.order.is_file() and _first_collected(layout, n)
+    if stage == "train":
+        return (layout.adapters / f"{name}-n{n}" / "adapter_model.safetensors").is_file()
+    return (layout.judged / str(name) / "quality.json").is_file()
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Every step of `plan_steps` not done yet, in order, within `--minutes` (each step resumes; a sitting ends at a
+    step cut by the deadline, or before a judge that would not fit)."""
+    import pyarrow.parquet as pq
+
+    layout = args.layout
+    deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
+    total = pq.read_metadata(layout.order).num_rows if layout.order.is_file() else None
+    if total is None:  # the order is written by the first collection step
+        total = sum(row["split"] == "train" for row in pq.read_table(layout.prompts, columns=["split"]).to_pylist())
+    for stage, name, n in plan_steps(total, layout.tiny):
+        if _done(layout, stage, name, n):
+            continue
+        left = (deadline - time.monotonic()) / 60
+        if left <= 0 or (stage == "judge" and left < JUDGE_MINUTES and not layout.tiny):
+            print(f"[cpu-campaign] stopping before {stage} {name or ''} {n}: {left:.0f} minutes left", flush=True)
+            return 0
+        minutes = None if left == float("inf") else left
+        print(f"[cpu-campaign] {stage} {name or ''} {n}", flush=True)
+        step = argparse.Namespace(layout=layout, minutes=minutes, **args.step_defaults)
+        if stage == "collect":
+            collect(argparse.Namespace(**vars(step), prompts=n))
+        elif stage == "train":
+            train(argparse.Namespace(**vars(step), variant=name, trajectories=n))
+        else:
+            judge(argparse.Namespace(**vars(step), run=name))
+        if not _done(layout, stage, name, n):
+            print(f"[cpu-campaign] {stage} {name or ''} {n} stopped at the deadline; run again to resume", flush=True)
+            return 0
+    print("[cpu-campaign] every step is done", flush=True)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """Rows and tokens collected, the rate over the progress log, and the runs trained and judged."""
+    layout = args.layout
+    rows, tokens = _collected_count(layout)
+    steps = (
+        [json.loads(line) for line in layout.progress.read_text().splitlines()] if layout.progress.is_file() else []
+    )
     seconds = sum(s["seconds"] for s in steps)
     rate = sum(s["tokens"] for s in steps) / seconds if seconds else 0.0
-    print(
-        json.dumps({"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": round(rate, 1)})
-    )
+    report = {"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": round(rate, 1)}
+    report["checkpoints"] = sorted(str(p.relative_to(layout.data)) for p in layout.checkpoints.glob("*/checkpoint-*"))
+    report["judged"] = sorted(p.name for p in layout.judged.iterdir() if p.is_dir()) if layout.judged.is_dir() else []
+    print(json.dumps(report))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=None, help="the committed folder (default data/campaign-cpu)")
+    parser.add_argument("--runs-dir", type=Path, default=None, help="the ignored folder (default runs/cpu-campaign)")
+    parser.add_argument("--model", default="embedded", help="the base model (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--tiny", action="store_true", help="toy sizes for a tiny --model: the suite's rehearsal")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("collect", help="collect trajectories (resumes)")
     run.add_argument("--prompts", type=int, default=None, help="stop once this many are collected (default: all)")
@@ -148,8 +383,42 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dtype", default="bfloat16")
     run.add_argument("--threads", type=int, default=2)
     run.set_defaults(func=collect)
-    commands.add_parser("status", help="what is collected").set_defaults(func=status)
+    fit = commands.add_parser("train", help="train one variant on the first N trajectories (resumes)")
+    fit.add_argument("--variant", default="lora-r16", help="a campaign variant: lora-r16, lora-r64 or full")
+    fit.add_argument("--trajectories", type=int, required=True, help="the first N prompts of the collection order")
+    fit.add_argument("--minutes", type=float, default=None, help="stop (saved) after this long")
+    fit.add_argument(
+        "--no-commit-checkpoint", dest="commit_checkpoint", action="store_false", help="keep the checkpoint local"
+    )
+    fit.add_argument("extra", nargs="*", help="more `hf-jacobi train` flags, after --")
+    fit.set_defaults(func=train)
+    rate = commands.add_parser("judge", help="hf-jacobi quality of a finished run beside the base")
+    rate.add_argument("--run", required=True, help="a run folder name under runs/cpu-campaign, e.g. lora-r16-n2000")
+    rate.add_argument("--batch-size", dest="judge_batch_size", type=int, default=16, help="quality's batch")
+    rate.set_defaults(func=judge)
+    commands.add_parser("status", help="what is collected, trained and judged").set_defaults(func=status)
+    whole = commands.add_parser("run", help="every step of the campaign not done yet, in order (resumes)")
+    whole.add_argument("--minutes", type=float, default=None, help="this sitting's time (default: to the end)")
+    whole.add_argument("--dtype", default="bfloat16", help="collection dtype")
+    whole.add_argument("--threads", type=int, default=2)
+    whole.add_argument("--batch-size", type=int, default=64, help="collection batch")
+    whole.set_defaults(func=run_plan)
     args = parser.parse_args(argv)
+    if args.command == "run":  # what each step takes besides its own arguments
+        args.step_defaults = {
+            "dtype": args.dtype,
+            "threads": args.threads,
+            "batch_size": args.batch_size,
+            "step": 256 if not args.tiny else 4,
+            "commit_checkpoint": True,
+            "judge_batch_size": 16,
+            "extra": [],
+        }
+    args.layout = Layout(
+        **{k: v for k, v in (("data", args.data_dir), ("runs", args.runs_dir)) if v is not None},
+        model=args.model,
+        tiny=args.tiny,
+    )
     return args.func(args)
 
 

@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for tiny_models
 
 from hf_jacobi.data import collection
+from hf_jacobi.data.collection_batches import BatchCollector
 from tiny_models import tiny_model, tiny_tokenizer
 
 
@@ -43,12 +44,12 @@ def arm(kill_point: str) -> None:
         calls[name] += 1
         return stage == name and calls[name] == int(k)
 
-    collect_batch, write_shard, write_table = collection._collect_batch, collection.write_shard, pq.write_table
+    collect_rows, write_shard, write_table = BatchCollector.rows, collection.write_shard, pq.write_table
 
-    def decoding(*args, **kwargs):
+    def decoding(self, *args, **kwargs):
         if counted("decoding"):
             die()
-        return collect_batch(*args, **kwargs)
+        return collect_rows(self, *args, **kwargs)
 
     def written(table, path):
         write_shard(table, path)
@@ -65,7 +66,7 @@ def arm(kill_point: str) -> None:
         os.fsync(sink.fileno())
         die()
 
-    collection._collect_batch, collection.write_shard, pq.write_table = decoding, written, writing
+    BatchCollector.rows, collection.write_shard, pq.write_table = decoding, written, writing
 
 
 def main(spec_path: str) -> None:

@@ -70,16 +70,36 @@ class DeadlineStop(TrainerCallback):
         return control
 
 
+class PeriodicSave(TrainerCallback):
+    """Saves a checkpoint after the first step that ends `every` seconds or more after the last save (or the start):
+    a run that spans sittings loses at most that much when it is killed, whatever its step time."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.last = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.last >= self.every:
+            control.should_save = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        self.last = time.monotonic()
+        return control
+
+
 @contextlib.contextmanager
-def deadline_trainer(deadline: float) -> Iterator[None]:
-    """While open, `hf-jacobi train` (`hf_jacobi.cli.train.run_train`) builds its trainer with a `DeadlineStop`."""
+def deadline_trainer(deadline: float, save_every: float | None = None) -> Iterator[None]:
+    """While open, `hf-jacobi train` (`hf_jacobi.cli.train.run_train`) builds its trainer with a `DeadlineStop` (and a
+    `PeriodicSave` every `save_every` seconds, when given)."""
     from hf_jacobi.cli import train as train_cli
 
     original = train_cli.JacobiForcingTrainer
+    extra = [DeadlineStop(deadline)] + ([PeriodicSave(save_every)] if save_every else [])
 
     class DeadlineTrainer(original):
         def __init__(self, *args: Any, callbacks=None, **kwargs: Any) -> None:
-            super().__init__(*args, callbacks=[*(callbacks or []), DeadlineStop(deadline)], **kwargs)
+            super().__init__(*args, callbacks=[*(callbacks or []), *extra], **kwargs)
 
     train_cli.JacobiForcingTrainer = DeadlineTrainer
     try:
@@ -88,12 +108,13 @@ def deadline_trainer(deadline: float) -> Iterator[None]:
         train_cli.JacobiForcingTrainer = original
 
 
-def run_variant(argv: list[str], deadline: float) -> int:
-    """`hf-jacobi train ARGV` stopped at `deadline` (epoch seconds): what a worker process runs."""
+def run_variant(argv: list[str], deadline: float, save_every: float | None = None) -> int:
+    """`hf-jacobi train ARGV` stopped at `deadline` (epoch seconds), saving every `save_every` seconds when given:
+    what a worker process runs."""
     from hf_jacobi.cli.train import run_train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with deadline_trainer(deadline):
+    with deadline_trainer(deadline, save_every):
         return run_train(argv)
 
 

@@ -58,13 +58,22 @@ class AnswerQuality:
     identical_to_base: int | None = None
     mean_common_prefix: float | None = None
     code_passed: int | None = None
+    identical_to_own_greedy: int | None = None
+    """For Jacobi answers (`hf-jacobi quality --jacobi-answers`): how many equal the same model's greedy answers. In
+    float32 all do; in bfloat16 a forward over a block rounds otherwise than a forward over one token, and some may not.
+    None for greedy answers."""
 
     @property
     def collapse_rate(self) -> float:
         return self.collapsed / max(self.answers, 1)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "collapse_rate": self.collapse_rate}
+        """The figures for JSON; `identical_to_own_greedy` only where measured, so that greedy rows read as they did
+        before the field existed (and merge with runs written then)."""
+        figures = {**asdict(self), "collapse_rate": self.collapse_rate}
+        if self.identical_to_own_greedy is None:
+            del figures["identical_to_own_greedy"]
+        return figures
 
 
 def answer_quality(

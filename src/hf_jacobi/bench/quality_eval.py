@@ -15,7 +15,14 @@ from ..chat import encode_chat
 from ..data.prompts import encode_prompts, held_out_split, load_prompts
 from ..data.quality_sets import CodeTask, load_code_tasks
 from ..decoding.config import JacobiConfig
-from ..training.evaluation import SettingFigures, answer_nll, greedy_answers, greedy_outputs, measure_setting
+from ..training.evaluation import (
+    SettingFigures,
+    answer_nll,
+    batched_answers,
+    greedy_answers,
+    greedy_outputs,
+    measure_setting,
+)
 from .quality import CODE_TASKS, AnswerQuality, answer_quality, passed_code_tasks
 
 
@@ -39,16 +46,24 @@ def load_request_sets(names: Sequence[str], tokenizer, limit: int | None = None)
 
 @dataclass
 class ModelQuality:
-    """Everything measured on one model: quality per request set, Jacobi speed per setting, and the answers."""
+    """Everything measured on one model: quality per request set, Jacobi speed per setting, and the answers.
+
+    A row of Jacobi answers (`measure_jacobi_answers`) names the model whose answers they are (`jacobi_of`) and the
+    settings that decoded them; its speed is that model's (the same weights), so it sits beside it on the front."""
 
     name: str
     quality: dict[str, AnswerQuality] = field(default_factory=dict)
     speed: list[SettingFigures] = field(default_factory=list)
     answers: dict[str, list[list[int]]] = field(default_factory=dict)
+    jacobi_of: str | None = None
+    jacobi_settings: dict | None = None
 
     def to_dict(self) -> dict:
         speed = [{**vars(s), "tokens_per_forward": s.tokens_per_forward} for s in self.speed]
-        return {"name": self.name, "quality": {k: v.to_dict() for k, v in self.quality.items()}, "speed": speed}
+        data = {"name": self.name, "quality": {k: v.to_dict() for k, v in self.quality.items()}, "speed": speed}
+        if self.jacobi_of is not None:  # greedy rows keep the keys they had before Jacobi rows existed
+            data |= {"jacobi_of": self.jacobi_of, "jacobi_settings": self.jacobi_settings}
+        return data
 
     @classmethod
     def from_dict(cls, data: dict, answers: dict[str, list[list[int]]]) -> ModelQuality:
@@ -62,7 +77,7 @@ class ModelQuality:
             SettingFigures(s["name"], s["settings"], s["new_tokens"], s["forwards"], s["identical_to_greedy"])
             for s in data["speed"]
         ]
-        return cls(data["name"], quality, speed, answers)
+        return cls(data["name"], quality, speed, answers, data.get("jacobi_of"), data.get("jacobi_settings"))
 
     @property
     def identical_to_greedy(self) -> bool:
@@ -102,13 +117,7 @@ def measure_model(
     measured = ModelQuality(name)
     for request_set in protocol.sets:
         answers = greedy_answers(model, request_set.prompts, protocol.max_new_tokens, protocol.batch_size)
-        nll = answer_nll(base_model, request_set.prompts, answers, protocol.batch_size)
-        passed = None
-        if request_set.tasks is not None:
-            texts = tokenizer.batch_decode(answers, skip_special_tokens=True)
-            passed = passed_code_tasks(request_set.tasks, texts)
-        base_answers = None if base is None else base.answers[request_set.name]
-        measured.quality[request_set.name] = answer_quality(answers, nll, base_answers, passed)
+        measured.quality[request_set.name] = judge_answers(answers, request_set, base_model, tokenizer, protocol, base)
         measured.answers[request_set.name] = answers
     if not protocol.settings:
         return measured
@@ -120,6 +129,59 @@ def measure_model(
                 model, setting, config, protocol.speed_prompts, protocol.max_new_tokens, protocol.batch_size, greedy
             )
         )
+    return measured
+
+
+def judge_answers(
+    answers: list[list[int]],
+    request_set: RequestSet,
+    base_model,
+    tokenizer,
+    protocol: QualityProtocol,
+    base: ModelQuality | None,
+) -> AnswerQuality:
+    """The figures of one model's answers to one set: the base model's NLL of them, the code tasks they pass, and their
+    agreement with the base's answers (`base`; None when these are the base's greedy answers)."""
+    nll = answer_nll(base_model, request_set.prompts, answers, protocol.batch_size)
+    passed = None
+    if request_set.tasks is not None:
+        passed = passed_code_tasks(request_set.tasks, tokenizer.batch_decode(answers, skip_special_tokens=True))
+    base_answers = None if base is None else base.answers[request_set.name]
+    return answer_quality(answers, nll, base_answers, passed)
+
+
+def own_jacobi_config(model) -> JacobiConfig:
+    """The settings `model.generate(decoding="jacobi")` decodes with by default (its generation config's, else
+    JacobiConfig's defaults), run on every device: a checkpoint that falls back to greedy on some device would
+    otherwise judge its greedy answers a second time."""
+    return JacobiConfig.from_generation_config(model.generation_config).replace(greedy_devices=())
+
+
+def jacobi_label(name: str, model) -> str:
+    """The row's name, e.g. "mine · Jacobi (block 8, pool 4)"; a model whose generation config sets no Jacobi
+    settings (a base model) says that it decoded with JacobiConfig's defaults."""
+    own = "" if JacobiConfig.settings_in(model.generation_config) else ", JacobiConfig defaults"
+    return f"{name} · Jacobi ({own_jacobi_config(model).describe()}{own})"
+
+
+def measure_jacobi_answers(
+    greedy: ModelQuality, model, base_model, tokenizer, protocol: QualityProtocol, base: ModelQuality | None = None
+) -> ModelQuality:
+    """`model`'s answers decoded by Jacobi with its own default settings, judged exactly like a model's greedy answers
+    (against `base`, the base model's result; None when `model` is the base), and counted against its own greedy
+    answers (`greedy`, its `measure_model` result). Jacobi is token-identical to greedy in float32, not in bfloat16,
+    where a forward over a block rounds otherwise than a forward over one token: this row judges what Jacobi answers."""
+    config = own_jacobi_config(model)
+    reference = greedy if base is None else base
+    name = jacobi_label(greedy.name, model)
+    measured = ModelQuality(name, speed=greedy.speed, jacobi_of=greedy.name, jacobi_settings=config.to_dict())
+    for request_set in protocol.sets:
+        answers = batched_answers(model, request_set.prompts, protocol.max_new_tokens, protocol.batch_size, config)
+        quality = judge_answers(answers, request_set, base_model, tokenizer, protocol, reference)
+        own = greedy.answers[request_set.name]
+        quality.identical_to_own_greedy = sum(list(a) == list(b) for a, b in zip(answers, own, strict=True))
+        measured.quality[request_set.name] = quality
+        measured.answers[request_set.name] = answers
     return measured
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..figures import save_figure
+from .quality import AnswerQuality
 from .quality_eval import ModelQuality, relative, targets_met
 
 
@@ -17,11 +18,21 @@ def _cell(value: float | None, digits: int = 3, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
 
 
+def _own_greedy(quality: AnswerQuality) -> str:
+    """The "identical to its own greedy" cell: set on rows of Jacobi answers only."""
+    same = quality.identical_to_own_greedy
+    return "-" if same is None else f"{same} of {quality.answers}"
+
+
 def markdown_table(models: list[ModelQuality], base: ModelQuality) -> str:
-    """One row per model and request set: speed, then each quality figure (relative ones against the base)."""
+    """One row per model and request set: speed, then each quality figure (relative ones against the base). Rows of
+    Jacobi answers (`--jacobi-answers`) add a column: how many equal their own model's greedy answers (those of
+    "identical to base" equal the base's greedy answers)."""
     settings = [s.name for s in base.speed]
+    jacobi = any(model.jacobi_of is not None for model in models)
     head = ["model", *[f"{s} tokens/forward" for s in settings], "set", "collapsed", "distinct 3-grams (x base)"]
-    head += ["base NLL of answers (x base)", "identical to base", "common prefix", "code passed", "quality bars met"]
+    head += ["base NLL of answers (x base)", "identical to base", *(["identical to its own greedy"] * jacobi)]
+    head += ["common prefix", "code passed", "quality bars met"]
     rule = "|---|" + "---:|" * len(settings) + "---|" + "---:|" * (len(head) - len(settings) - 2)
     lines = ["| " + " | ".join(head) + " |", rule]
     for model in models:
@@ -35,6 +46,7 @@ def markdown_table(models: list[ModelQuality], base: ModelQuality) -> str:
             cells.append(f"{quality.distinct_3grams:.3f} ({_cell(ratio, 2, 'x')})")
             cells.append(f"{quality.base_nll:.3f} ({_cell(relative(quality.base_nll, reference.base_nll), 2, 'x')})")
             cells.append("-" if quality.identical_to_base is None else f"{quality.identical_to_base}")
+            cells += [_own_greedy(quality)] * jacobi
             cells.append(_cell(quality.mean_common_prefix, 1))
             cells.append("-" if quality.code_passed is None else f"{quality.code_passed} of {quality.answers}")
             cells.append("-" if not met else f"{sum(met)} of {len(met)}")
@@ -52,8 +64,9 @@ FRONT_FIGURES = (
 
 def plot_front(models: list[ModelQuality], path: str | Path, request_set: str) -> Path:
     """Tokens per forward (x) against each quality figure on `request_set` (y): one colour per model, one marker per
-    Jacobi setting joined by a line (the same answers, decoded faster or slower); code tasks passed are read from the
-    code set, whichever `request_set` is."""
+    Jacobi setting joined by a line (the same answers, decoded faster or slower); a row of Jacobi answers sits at its
+    model's speed with hollow markers on a dashed line. Code tasks passed are read from the code set, whichever
+    `request_set` is."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,9 +84,11 @@ def plot_front(models: list[ModelQuality], path: str | Path, request_set: str) -
             if value is None or None in speeds:
                 continue
             colour = f"C{index % 10}"
-            axis.plot(speeds, [value] * len(speeds), "-", color=colour, alpha=0.4)
+            jacobi = model.jacobi_of is not None
+            axis.plot(speeds, [value] * len(speeds), "--" if jacobi else "-", color=colour, alpha=0.4)
             for speed, marker in zip(speeds, markers, strict=False):
-                axis.scatter(speed, value, s=36, color=colour, marker=marker)
+                face = "none" if jacobi else colour
+                axis.scatter(speed, value, s=36, facecolors=face, edgecolors=colour, marker=marker)
             axis.annotate(model.name, (speeds[-1], value), fontsize=7, xytext=(4, 3), textcoords="offset points")
         axis.set_xlabel(
             "tokens per forward (" + ", ".join(f"{m} {s}" for m, s in zip(markers, settings, strict=False)) + ")"

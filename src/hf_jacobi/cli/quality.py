@@ -2,17 +2,18 @@
 same held-out requests (plain chat requests and code tasks with tests, none seen in training); the table puts their
 quality figures beside their tokens per forward, and the plot shows the front of speed against quality.
 
-Jacobi decoding is lossless, so this measures the trained weights, not the decoder; every Jacobi output is still
-checked against greedy, and the command exits with 1 when one differs.
+Jacobi decoding is lossless, so this measures the trained weights, not the decoder; every Jacobi output of the speed
+settings is still checked against greedy, and the command exits with 1 when one differs. In bfloat16 "lossless" holds
+only up to rounding (a forward over a block rounds otherwise than a forward over one token), so `--jacobi-answers`
+adds, per model, a row judging its answers as Jacobi decodes them with its own default settings; how many of them
+differ from its greedy answers is reported there, not counted as a failure.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from ..atomic import write_text
 from .arg_types import model_name, positive_int
 from .common import DTYPES, MODEL_HELP, CliError, load_model, source_error, writable_output
 
@@ -75,21 +76,6 @@ def _protocol(args: argparse.Namespace, tokenizer):
     )
 
 
-def _answers(models, protocol, tokenizer) -> dict:
-    """Every model's answers by set, as text (for reading what the figures summarize) and as token ids (so that a
-    later run of the same protocol can take the base's from here: `--base-results`)."""
-    return {
-        model.name: {
-            request_set.name: {
-                "texts": tokenizer.batch_decode(model.answers[request_set.name], skip_special_tokens=True),
-                "tokens": model.answers[request_set.name],
-            }
-            for request_set in protocol.sets
-        }
-        for model in models
-    }
-
-
 def _record(args: argparse.Namespace, protocol, model_name: str) -> dict:
     """What makes two runs' figures comparable: the base model and every setting of the protocol."""
     return {
@@ -104,135 +90,51 @@ def _record(args: argparse.Namespace, protocol, model_name: str) -> dict:
     }
 
 
-def _comparable(protocol: dict) -> dict:
-    """A protocol with its Jacobi settings filled to every field of today's JacobiConfig: a run written before a field
-    existed stored fewer keys, and the field's default is what that run decoded with."""
+def _base_rows(args: argparse.Namespace, loaded, protocol, record: dict) -> list:
+    """The base's greedy row and, with --jacobi-answers, the row of its Jacobi answers: taken from --base-results
+    where that run has them (the Jacobi row only when decoded with the settings the base decodes with now), measured
+    otherwise."""
+    from ..bench.quality_eval import measure_jacobi_answers, measure_model, own_jacobi_config
     from ..decoding.config import JacobiConfig
+    from .quality_runs import earlier_base
 
-    settings = {name: JacobiConfig(**values).to_dict() for name, values in protocol.get("settings", {}).items()}
-    return {**protocol, "settings": settings}
-
-
-def _comparable_model(model: dict) -> dict:
-    """A model's figures with each speed setting filled the same way (see `_comparable`)."""
-    from ..decoding.config import JacobiConfig
-
-    speed = [{**entry, "settings": JacobiConfig(**entry["settings"]).to_dict()} for entry in model["speed"]]
-    return {**model, "speed": speed}
-
-
-def _earlier_base(folder: Path, record: dict):
-    """The base model's result from an earlier run in `folder`, refused unless that run used the same protocol."""
-    from ..bench.quality_eval import ModelQuality
-
-    try:
-        results = json.loads((folder / "quality.json").read_text(encoding="utf-8"))
-        answers = json.loads((folder / "answers.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CliError(f"--base-results {folder}: cannot read its quality.json / answers.json ({error})") from error
-    earlier = {key: results.get("protocol", {}).get(key) for key in record}
-    earlier["model"] = results.get("model")
-    earlier, record = _comparable(earlier), _comparable(record)
-    if earlier != record:
-        changed = sorted(key for key in record if earlier.get(key) != record[key])
-        raise CliError(f"--base-results {folder} was measured with another protocol (differs in {changed})")
-    base = next(m for m in results["models"] if m["name"] == "base")
-    try:
-        tokens = {name: entry["tokens"] for name, entry in answers["base"].items()}
-    except (KeyError, TypeError) as error:
-        raise CliError(
-            f"--base-results {folder}: its answers.json holds no token ids (an older run's): run without it"
-        ) from error
-    return ModelQuality.from_dict(base, tokens)
+    if args.base_results is not None:
+        base, jacobi = earlier_base(args.base_results, record)
+    else:
+        base, jacobi = measure_model("base", loaded.model, loaded.model, loaded.tokenizer, protocol), None
+    if not args.jacobi_answers:
+        return [base]
+    settings = own_jacobi_config(loaded.model).to_dict()
+    if jacobi is None or JacobiConfig(**jacobi.jacobi_settings).to_dict() != settings:
+        jacobi = measure_jacobi_answers(base, loaded.model, loaded.model, loaded.tokenizer, protocol)
+    return [base, jacobi]
 
 
-def _write_outputs(folder: Path, results: dict, models, answers: dict, request_set: str) -> None:
-    """quality.json, quality.md (the table), answers.json and quality.png (the front) in `folder`."""
-    from ..bench.quality_report import markdown_table, plot_front
+def _adapter_rows(args: argparse.Namespace, label: str, folder: Path, base_loaded, protocol, base) -> list:
+    """One adapter's greedy row and, with --jacobi-answers, the row of its Jacobi answers (its own settings)."""
+    from ..bench.quality_eval import measure_jacobi_answers, measure_model
 
-    table = markdown_table(models, models[0])
-    print(table)
-    write_text(folder / "quality.json", json.dumps(results, indent=2) + "\n")
-    write_text(folder / "quality.md", table + "\n")
-    write_text(folder / "answers.json", json.dumps(answers, indent=1, ensure_ascii=False) + "\n")
-    plot_front(models, folder / "quality.png", request_set)
-    print(f"\nwrote quality.json, quality.md, answers.json and quality.png in {folder}")
-
-
-def _merge(args: argparse.Namespace) -> int:
-    """One table and one front from several runs of the same protocol with the same base figures, decoding nothing:
-    models measured in different sittings (or sessions) read as one study."""
-    from ..bench.quality_eval import ModelQuality, same_figures, targets_met
-
-    if args.adapters or args.base_results is not None:
-        raise CliError("--merge combines finished runs: it takes no --adapters or --base-results")
-    writable_output(args.output_dir, "--output-dir", folder=True)
-    runs = []
-    for folder in args.merge:
-        try:
-            runs.append(
-                (
-                    json.loads((folder / "quality.json").read_text(encoding="utf-8")),
-                    json.loads((folder / "answers.json").read_text(encoding="utf-8")),
-                )
-            )
-        except (OSError, ValueError) as error:
-            raise CliError(f"--merge {folder}: cannot read its quality.json / answers.json ({error})") from error
-    renames = dict(pair.partition("=")[::2] for pair in args.rename)
-    if any(not old or not new for old, new in renames.items()) or "base" in renames:
-        raise CliError(f"--rename takes OLD=NEW pairs of adapter labels (not 'base'), got {args.rename}")
-    for results, texts in runs:
-        for model in results["models"]:
-            model["name"] = renames.get(model["name"], model["name"])
-        for old, new in renames.items():
-            if old in texts:
-                texts[new] = texts.pop(old)
-    first = runs[0][0]
-    models: dict[str, dict] = {}
-    answers: dict[str, dict] = {}
-    for folder, (results, texts) in zip(args.merge, runs, strict=True):
-        if (results["model"], _comparable(results["protocol"])) != (first["model"], _comparable(first["protocol"])):
-            raise CliError(f"--merge {folder} was measured with another model or protocol than {args.merge[0]}")
-        for model in map(_comparable_model, results["models"]):
-            if model["name"] in models and not same_figures(models[model["name"]], model):
-                raise CliError(f"--merge: {model['name']!r} has other figures in {folder} than in an earlier run")
-            models.setdefault(model["name"], model)
-            sets = texts[model["name"]]  # runs before token ids were kept wrote the texts alone
-            answers.setdefault(model["name"], {k: v if isinstance(v, dict) else {"texts": v} for k, v in sets.items()})
-    if "base" not in models:
-        raise CliError(f"--merge: none of {[str(f) for f in args.merge]} holds the base model's figures")
-    ordered = [models.pop("base"), *models.values()]
-    measured = [ModelQuality.from_dict(m, {}) for m in ordered]
-    merged = {
-        "model": first["model"],
-        "protocol": _comparable(first["protocol"]),
-        "merged_from": [str(folder) for folder in args.merge],
-        "adapters": {k: v for results, _ in runs for k, v in results.get("adapters", {}).items()},
-        "models": ordered,
-        "targets_met": {m.name: targets_met(m, measured[0]) for m in measured[1:]},
-    }
-    _write_outputs(args.output_dir, merged, measured, answers, first["protocol"]["sets"][0])
-    return 0
+    loaded = load_model(args.model, args.dtype, adapter=folder)
+    greedy = measure_model(label, loaded.model, base_loaded.model, loaded.tokenizer, protocol, base)
+    if not args.jacobi_answers:
+        return [greedy]
+    return [greedy, measure_jacobi_answers(greedy, loaded.model, base_loaded.model, loaded.tokenizer, protocol, base)]
 
 
 def run_quality_command(args: argparse.Namespace) -> int:
-    from ..bench.quality_eval import measure_model, targets_met
+    from ..bench.quality_eval import targets_met
+    from .quality_runs import answers_record, merge_runs, write_outputs
 
     if args.merge:
-        return _merge(args)
+        return merge_runs(args)
     adapters = _check_inputs(args)
     base_loaded = load_model(args.model, args.dtype)
     protocol = _protocol(args, base_loaded.tokenizer)
     record = _record(args, protocol, base_loaded.name)
-    if args.base_results is not None:
-        base = _earlier_base(args.base_results, record)
-    else:
-        base = measure_model("base", base_loaded.model, base_loaded.model, base_loaded.tokenizer, protocol)
-    models = [base]
+    models = _base_rows(args, base_loaded, protocol, record)
+    base = models[0]
     for label, folder in adapters:
-        loaded = load_model(args.model, args.dtype, adapter=folder)
-        models.append(measure_model(label, loaded.model, base_loaded.model, loaded.tokenizer, protocol, base))
-        del loaded
+        models += _adapter_rows(args, label, folder, base_loaded, protocol, base)
     results = {
         "model": base_loaded.name,
         "protocol": {key: value for key, value in record.items() if key != "model"},
@@ -241,7 +143,8 @@ def run_quality_command(args: argparse.Namespace) -> int:
         "models": [m.to_dict() for m in models],
         "targets_met": {m.name: targets_met(m, base) for m in models[1:]},
     }
-    _write_outputs(args.output_dir, results, models, _answers(models, protocol, base_loaded.tokenizer), args.sets[0])
+    answers = answers_record(models, protocol, base_loaded.tokenizer)
+    write_outputs(args.output_dir, results, models, answers, args.sets[0])
     return 0 if all(m.identical_to_greedy for m in models) else 1
 
 
@@ -280,6 +183,12 @@ def add_parser(commands) -> None:
         type=Path,
         default=None,
         help="an earlier run's --output-dir whose base model figures and answers to reuse (same protocol only)",
+    )
+    parser.add_argument(
+        "--jacobi-answers",
+        action="store_true",
+        help="beside each model's greedy row, a row of its answers decoded by Jacobi with its own default settings, "
+        "judged the same way and counted against its own greedy answers (bfloat16 rounds them apart)",
     )
     parser.add_argument(
         "--merge",

@@ -34,6 +34,7 @@ from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
 from ..decoding.drafts import PromptDrafter
 from ..decoding.masks import AttentionLayout, layer_masks
+from .answer_cache import AnswerCache, greedy_answers, prefill_answers
 
 MAX_QUERY_TOKENS = 1024
 """Query tokens one iteration forward holds at most (rows are grouped to stay under it): wide enough to keep a matrix
@@ -52,71 +53,6 @@ class BlockRows:
     """First-wrong tokens whose batched argmax differed from the greedy answer (set to the answer's; 0 in float32)."""
     forwards: int
     """Model forwards the iterations took (greedy generation and prefill not counted)."""
-
-
-@dataclass
-class _Prefilled:
-    """A KV cache holding each row's prompt, left-padded to `width` columns, then its answer from column `width`."""
-
-    cache: DynamicCache
-    width: int
-    prompt_len: torch.Tensor
-
-
-@torch.no_grad()
-def greedy_answers(
-    model, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int, eos_ids: set[int]
-) -> tuple[list[list[int]], _Prefilled]:
-    """Stock greedy generation of a batch (`generate`), each answer cut after its first EOS, with the cache it filled.
-
-    The cache is a plain `DynamicCache` (every layer keeps every slot), so that sliding-window layers keep the slots
-    the iterations' masks select by position.
-    """
-    inputs = left_padded(prompts, pad_id, model.device)
-    cache = DynamicCache()
-    out = model.generate(
-        **inputs,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        pad_token_id=pad_id,
-        decoding="greedy",
-        return_dict_in_generate=True,
-        **{CACHE_ARGUMENT: cache},
-    )
-    width = inputs["input_ids"].shape[1]
-    answers = []
-    for row in out.sequences[:, width:].tolist():
-        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
-        answers.append(row[:end])
-    prompt_len = torch.tensor([len(p) for p in prompts], device=model.device)
-    return answers, _Prefilled(cache, width, prompt_len)
-
-
-@torch.no_grad()
-def prefill_answers(
-    model, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], pad_id: int
-) -> _Prefilled:
-    """The cache `greedy_answers` leaves, from answers already known (a resumed collection): one forward over the
-    left-padded prompts followed by the answers (right-padded)."""
-    inputs = left_padded(prompts, pad_id)
-    width, longest = inputs["input_ids"].shape[1], max(len(a) for a in answers)
-    ids = torch.full((len(prompts), width + longest), pad_id, dtype=torch.long)
-    valid = torch.zeros_like(ids)
-    ids[:, :width], valid[:, :width] = inputs["input_ids"], inputs["attention_mask"]
-    for row, answer in enumerate(answers):
-        ids[row, width : width + len(answer)] = torch.tensor(list(answer), dtype=torch.long)
-        valid[row, width : width + len(answer)] = 1
-    cache = DynamicCache()
-    position_ids = (valid.cumsum(1) - 1).clamp(min=0)
-    model(
-        input_ids=ids.to(model.device),
-        attention_mask=valid.to(model.device),
-        position_ids=position_ids.to(model.device),
-        use_cache=True,
-        logits_to_keep=1,
-        **{CACHE_ARGUMENT: cache},
-    )
-    return _Prefilled(cache, width, torch.tensor([len(p) for p in prompts], device=model.device))
 
 
 def _argmax(model, hidden: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
@@ -230,7 +166,7 @@ def _sub_cache(cache: DynamicCache, rows: torch.Tensor, first: int, last: int) -
     return sub
 
 
-def _iterate_group(model, prompts, answers, counts, prefilled: _Prefilled, rows: list[int], n: int, seed: int):
+def _iterate_group(model, prompts, answers, counts, prefilled: AnswerCache, rows: list[int], n: int, seed: int):
     """Iterates every block of the rows `rows` (indices into the batch) to its fixed point; returns their histories,
     the disagreements and the forwards."""
     device = model.device

@@ -26,14 +26,12 @@ from typing import Any
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 from tqdm.auto import tqdm
 
-from ..batching import in_batches, left_padded
-from ..decoding.config import JacobiConfig
+from ..batching import in_batches
 from ..decoding.generate import enable_jacobi
-from ..loading import eos_token_ids, process_state
-from .block_iterations import block_trajectories
+from ..loading import process_state
+from .collection_batches import METHODS, BatchCollector
 from .model_identity import HASH_CACHE, WeightHashCache, model_identity
 from .prompts import encode_prompts
 from .shards import (
@@ -47,13 +45,9 @@ from .shards import (
     shard_rank_and_number,
     write_shard,
 )
-from .trajectories import TrajectoryRecorder, block_states
-from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, TrajectoryRow, check_not_empty
+from .trajectory_schema import TRAJECTORY_FEATURES, TrajectoryDataError, check_not_empty
 
 logger = logging.getLogger(__name__)
-
-METHODS = ("sequential", "parallel")
-"""The collection methods: the decoding loop's own states, or every block's iterations at once from greedy's answers."""
 
 
 def collect_trajectories(
@@ -84,28 +78,18 @@ def collect_trajectories(
     the base plus the adapter a second round collects from) are refused with the values that differ, and so is
     another model under the same name (see `model_identity`; `adapter`: the LoRA folder merged into `model`).
 
-    `method`: "sequential" records the decoding loop's own states, "parallel" the paper's block-by-block iterations
-    from the greedy answers, all blocks of a batch at once (see `block_iterations`); a folder holds one method's rows.
-    Both give fixed points equal to greedy decoding in float32; prefer "parallel" with a large `batch_size`.
+    `method`: "sequential" (the loop's own states) or "parallel" (every block's iterations at once from the greedy
+    answers, faster with a large `batch_size`; `block_iterations`); a folder holds one method's rows.
     """
-    _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}.")
+    _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size, method)
     state = process_state()
     output = Path(output_dir)
-    settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
-    if method != "sequential":  # folders collected before the methods existed hold sequential rows, unrecorded
-        settings["method"] = method
-    if model_id is not None:
-        settings["model"] = model_id
+    settings = _folder_settings(block_size, max_new_tokens, chat, draft_seed, method, model_id)
     _open_folder(output, settings, state, model, adapter)
     pending = _pending_prompts(prompts, output, state)
-
-    model = enable_jacobi(model)
-    pad_id = model.generation_config.pad_token_id
-    if pad_id is None:
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eos_ids = eos_token_ids(model.generation_config)
+    collector = BatchCollector.for_model(
+        enable_jacobi(model), tokenizer, method, block_size, max_new_tokens, draft_seed
+    )
     number, rows = _shard_to_fill(output, state.process_index, shard_size)
     bar = tqdm(
         total=len(pending), desc=f"collect[{state.process_index}]", disable=not progress, position=state.process_index
@@ -113,10 +97,7 @@ def collect_trajectories(
     for batch_indices in in_batches(pending, batch_size):
         batch = prompts.select(batch_indices)
         prompt_ids = encode_prompts(batch, tokenizer, chat=chat, max_prompt_tokens=max_prompt_tokens)
-        collect = _collect_batch if method == "sequential" else _collect_batch_parallel
-        records = collect(
-            model, batch["prompt_id"], prompt_ids, pad_id, eos_ids, block_size, max_new_tokens, draft_seed
-        )
+        records = collector.rows(batch["prompt_id"], prompt_ids)
         rows = pa.concat_tables([rows, pa.Table.from_pylist(records, schema=SCHEMA)])
         write_shard(rows, shard_path(output, state.process_index, number))
         if rows.num_rows >= shard_size:
@@ -127,10 +108,23 @@ def collect_trajectories(
     return output
 
 
+def _folder_settings(block_size, max_new_tokens, chat, draft_seed, method, model_id) -> dict[str, Any]:
+    """What `collection.json` records: the settings a resumed collection must share."""
+    settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
+    if method != "sequential":  # folders collected before the methods existed hold sequential rows, unrecorded
+        settings["method"] = method
+    if model_id is not None:
+        settings["model"] = model_id
+    return settings
+
+
 def _check_arguments(
-    prompts: datasets.Dataset, block_size: int, max_new_tokens: int, batch_size: int, shard_size: int
+    prompts: datasets.Dataset, block_size: int, max_new_tokens: int, batch_size: int, shard_size: int, method: str
 ) -> None:
-    """Refuses sizes a collection cannot run with and a prompt set it cannot store and resume by prompt id."""
+    """Refuses sizes a collection cannot run with, an unknown method and a prompt set it cannot store and resume by
+    prompt id."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}.")
     for name, value, least in (
         ("block_size", block_size, 2),
         ("max_new_tokens", max_new_tokens, 1),
@@ -246,93 +240,6 @@ def select_trajectories(
             f"{missing[0]!r}); collect them first (hf-jacobi collect with the same prompts resumes the folder)."
         )
     return dataset.filter(lambda prompt_id: prompt_id in wanted, input_columns="prompt_id")
-
-
-@torch.no_grad()
-def _collect_batch(
-    model,
-    prompt_ids_list: list[str],
-    prompts: list[list[int]],
-    pad_id: int,
-    eos_ids: set[int],
-    block_size: int,
-    max_new_tokens: int,
-    draft_seed: int,
-) -> list[dict[str, Any]]:
-    recorder = TrajectoryRecorder()
-    # Plain Jacobi, one block and no recycling: the states a block passes through are what training learns from.
-    config = JacobiConfig(block_size=block_size, draft_seed=draft_seed)
-    inputs = left_padded(prompts, pad_id, model.device)
-    width = inputs["input_ids"].shape[1]
-    out = model.generate(
-        **inputs,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        pad_token_id=pad_id,
-        return_dict_in_generate=True,
-        trajectory_recorder=recorder,
-        **config.to_generate_kwargs(),
-    )
-    records = []
-    for row, (prompt_id, ids) in enumerate(zip(prompt_ids_list, prompts, strict=True)):
-        generated = out.sequences[row, width:].tolist()
-        end = next((i + 1 for i, token in enumerate(generated) if token in eos_ids), len(generated))
-        generated = generated[:end]
-        blocks = block_states(recorder.steps.get(row, []), generated, block_size)
-        records.append(
-            TrajectoryRow(
-                prompt_id=prompt_id,
-                prompt_ids=ids,
-                completion_ids=generated,
-                block_size=block_size,
-                states=blocks,
-                fixed_points=[states[-1] for states in blocks],
-                forward_passes=int(out.forward_passes[row]),
-            ).to_dict()
-        )
-    return records
-
-
-@torch.no_grad()
-def _collect_batch_parallel(
-    model,
-    prompt_ids_list: list[str],
-    prompts: list[list[int]],
-    pad_id: int,
-    eos_ids: set[int],
-    block_size: int,
-    max_new_tokens: int,
-    draft_seed: int,
-) -> list[dict[str, Any]]:
-    found = block_trajectories(
-        model,
-        prompts,
-        block_size,
-        max_new_tokens=max_new_tokens,
-        pad_id=pad_id,
-        eos_ids=eos_ids,
-        draft_seed=draft_seed,
-    )
-    if found.disagreements:
-        logger.info(
-            "%d first-wrong tokens whose batched argmax differed from greedy's were set to greedy's (near-ties that "
-            "round differently at another width; none in float32)",
-            found.disagreements,
-        )
-    return [
-        TrajectoryRow(
-            prompt_id=prompt_id,
-            prompt_ids=ids,
-            completion_ids=answer,
-            block_size=block_size,
-            states=states,
-            fixed_points=[block[-1] for block in states],
-            forward_passes=passes,
-        ).to_dict()
-        for prompt_id, ids, answer, states, passes in zip(
-            prompt_ids_list, prompts, found.answers, found.states, found.forward_passes, strict=True
-        )
-    ]
 
 
 def _collected_ids(output: Path) -> set[str]:

@@ -13,6 +13,8 @@ from typing import Any
 
 from transformers import GenerationConfig
 
+from .greedy_devices import device_types
+
 DECODING_MODES = ("greedy", "jacobi")
 """Values accepted by `generate(decoding=...)`. "greedy" means "whatever stock generate does"."""
 
@@ -77,7 +79,7 @@ class JacobiConfig:
             (the same tokens, stock generate's output) and says so once. Each entry is a device type ("cpu", "cuda",
             "mps", ...), optionally with a dtype ("cpu:float32": greedy on a CPU in float32 only) and on a CPU with
             its bfloat16 units ("cpu:bfloat16:none": in bfloat16 on a CPU without them; "amx" and "avx512_bf16" name
-            them, see `hf_jacobi.cpu_info`): on a CPU the cost of verifying a block depends on both. A checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
+            them, see `hf_jacobi.decoding.cpu_info`): on a CPU the cost of verifying a block depends on both. A checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
             greedy where nothing pays; `jacobi_greedy_devices=[]` in a call runs Jacobi anyway. Collection, which
             records Jacobi states, and the project's own measurements always run Jacobi.
     """
@@ -123,7 +125,7 @@ class JacobiConfig:
         if self.static_widths is not None:
             _check_int("static_widths", self.static_widths, minimum=1)
         if self.greedy_devices is not None:
-            object.__setattr__(self, "greedy_devices", _device_types(self.greedy_devices))
+            object.__setattr__(self, "greedy_devices", device_types(self.greedy_devices))
         if self.cache_implementation == "dynamic":
             if self.compile == "always":
                 _needs_static("jacobi_compile='always' compiles the static path's verify forward", self)
@@ -258,59 +260,6 @@ class JacobiConfig:
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{JACOBI_PREFIX}{name} must be an integer >= {minimum}, got {value!r}.")
-
-
-GREEDY_DTYPES = ("float32", "bfloat16", "float16")
-"""The dtypes a `greedy_devices` entry may name."""
-CPU_BFLOAT16_UNITS = ("amx", "avx512_bf16", "none")
-"""What a CPU entry may name as the CPU's bfloat16 units (`hf_jacobi.cpu_info.bfloat16_units`, "none" for none)."""
-
-
-def _device_types(value: Any) -> tuple[str, ...]:
-    """`greedy_devices` as a tuple of entries "device[:dtype[:units]]" (a list, as JSON stores it, or a tuple)."""
-    if isinstance(value, (list, tuple)) and all(isinstance(kind, str) and kind.strip() for kind in value):
-        entries = tuple(kind.strip().lower() for kind in value)
-        for entry in entries:
-            _check_greedy_entry(entry)
-        return entries
-    raise ValueError(
-        f"{JACOBI_PREFIX}greedy_devices must be a list of device types such as ['cpu'] or ['cpu:float32'] (or [] for "
-        f"none), got {value!r}."
-    )
-
-
-def _check_greedy_entry(entry: str) -> None:
-    parts = entry.split(":")
-    device, dtype, units = [*parts, "", ""][:3]
-    problem = None
-    if not device or len(parts) > 3:
-        problem = "it must read 'device', 'device:dtype' or 'cpu:dtype:units'"
-    elif dtype and dtype not in GREEDY_DTYPES:
-        problem = f"its dtype must be one of {list(GREEDY_DTYPES)}"
-    elif units and (device != "cpu" or units not in CPU_BFLOAT16_UNITS):
-        problem = f"only a 'cpu' entry names the CPU's bfloat16 units, one of {list(CPU_BFLOAT16_UNITS)}"
-    if problem:
-        raise ValueError(
-            f"{JACOBI_PREFIX}greedy_devices entry {entry!r} is not understood: {problem} (e.g. 'cpu', 'cpu:float32', "
-            "'cpu:bfloat16:none')."
-        )
-
-
-def greedy_entry(
-    entries: tuple[str, ...] | None, device_type: str | None, dtype: Any, units: str | None
-) -> str | None:
-    """The first of `entries` that covers a model on `device_type` in `dtype` (a CPU's `units`: its bfloat16 units, None
-    for none), or None: an entry covers it when its device matches and its dtype and units, where given, match too."""
-    dtype_name = str(dtype).removeprefix("torch.")
-    for entry in entries or ():
-        device, _, rest = entry.partition(":")
-        wanted_dtype, _, wanted_units = rest.partition(":")
-        if device != device_type or (wanted_dtype and wanted_dtype != dtype_name):
-            continue
-        if wanted_units and wanted_units != (units or "none"):
-            continue
-        return entry
-    return None
 
 
 def _needs_static(what: str, config: JacobiConfig) -> None:

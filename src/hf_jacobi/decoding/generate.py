@@ -18,9 +18,10 @@ from typing import Any
 from transformers import StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from ..cpu_info import bfloat16_units
 from .call_settings import resolve_decoding, resolve_jacobi_config, split_jacobi_kwargs
-from .config import JACOBI_PREFIX, JacobiConfig, greedy_entry
+from .config import JACOBI_PREFIX, JacobiConfig
+from .cpu_info import bfloat16_units
+from .greedy_devices import greedy_entry
 from .loop import JacobiRuntime, jacobi_decode
 
 _ENABLED_FLAG = "_hf_jacobi_original_generate"

@@ -56,14 +56,23 @@ class ModelFigures:
 
 
 @torch.inference_mode()
-def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[Decoded]:
-    """Greedy decoding of each batch of prompts, measured (the reference Jacobi outputs must equal)."""
+def batched_outputs(
+    model, prompts: list[list[int]], max_new_tokens: int, batch_size: int, config: JacobiConfig | None = None
+) -> list[Decoded]:
+    """Each batch of prompts decoded and measured: greedy (`config` None), or Jacobi with `config` on every device
+    (`decode`), in the same batches and cut at EOS the same way, so that the two sides' answers compare row by row."""
     model = enable_jacobi(model)
     pad_id, eos_ids = model.generation_config.pad_token_id, eos_token_ids(model.generation_config)
+    batches = tqdm(list(in_batches(prompts, batch_size)), desc="greedy" if config is None else "jacobi", leave=False)
     return [
-        decode(model, left_padded(batch, pad_id, model.device), max_new_tokens, eos_ids=eos_ids, pad_id=pad_id)
-        for batch in tqdm(list(in_batches(prompts, batch_size)), desc="greedy", leave=False)
+        decode(model, left_padded(batch, pad_id, model.device), max_new_tokens, config, eos_ids=eos_ids, pad_id=pad_id)
+        for batch in batches
     ]
+
+
+def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[Decoded]:
+    """Greedy decoding of each batch of prompts, measured (the reference Jacobi outputs must equal)."""
+    return batched_outputs(model, prompts, max_new_tokens, batch_size)
 
 
 def answers_of(outputs: list[Decoded]) -> list[list[int]]:
@@ -71,9 +80,16 @@ def answers_of(outputs: list[Decoded]) -> list[list[int]]:
     return [answer for output in outputs for answer in output.answers]
 
 
+def batched_answers(
+    model, prompts: list[list[int]], max_new_tokens: int, batch_size: int, config: JacobiConfig | None = None
+) -> list[list[int]]:
+    """Each prompt's answer, up to and including its EOS: greedy, or Jacobi with `config` (`batched_outputs`)."""
+    return answers_of(batched_outputs(model, prompts, max_new_tokens, batch_size, config))
+
+
 def greedy_answers(model, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[list[int]]:
     """Each prompt's greedy answer, up to and including its EOS."""
-    return answers_of(greedy_outputs(model, prompts, max_new_tokens, batch_size))
+    return batched_answers(model, prompts, max_new_tokens, batch_size)
 
 
 @torch.inference_mode()

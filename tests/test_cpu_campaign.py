@@ -1,0 +1,136 @@
+"""The CPU campaign (recipes/smollm2-135m/cpu_campaign.py) rehearsed on a tiny random model: collection that stops
+and resumes in logged steps, training stopped at a deadline and resumed on a fresh machine from the committed
+checkpoint alone, and judging beside the base."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
+sys.path.insert(0, str(RECIPE))
+
+from campaign.prompts import PROMPT_SCHEMA  # noqa: E402
+from campaign.tiny import build_tiny_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Model (has|with) `tie_word_embeddings=True`:UserWarning")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("cpu_campaign", RECIPE / "cpu_campaign.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while the module runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def _prompt_set(path: Path, train: int, judge: int) -> None:
+    rows = [
+        {"prompt_id": f"t{i:02d}", "text": f"Explain item {i} in {3 + i % 4} words", "source": "magpie"}
+        | {"kind": "plain", "split": "train"}
+        for i in range(train)
+    ]
+    rows += [
+        {"prompt_id": f"j{i}", "text": f"Describe colour {i}", "source": "magpie", "kind": "plain", "split": "judge"}
+        for i in range(judge)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA), path)
+
+
+def test_collection_order_is_a_shuffle_sorted_by_length_within_chunks(monkeypatch):
+    script = _script()
+    monkeypatch.setattr(script, "CHUNK", 4)
+    ids = [f"p{i}" for i in range(10)]
+    lengths = [9, 1, 8, 2, 7, 3, 6, 4, 5, 0]
+    order = script.collection_order(ids, lengths)
+    assert sorted(order) == list(range(10)) and order == script.collection_order(ids, lengths)
+    for start in range(0, 10, 4):
+        chunk = [lengths[i] for i in order[start : start + 4]]
+        assert chunk == sorted(chunk)
+    assert order != sorted(range(10), key=lambda i: lengths[i])  # shuffled across chunks
+
+
+@pytest.mark.integration
+def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
+    model = build_tiny_checkpoint(tmp_path / "tiny-model")
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    _prompt_set(data / "prompts.parquet", train=10, judge=2)
+    common = ["--data-dir", str(data), "--runs-dir", str(runs), "--model", str(model), "--tiny"]
+    script = _script()
+
+    collect = [*common, "collect", "--dtype", "float32", "--batch-size", "2", "--step", "4"]
+    assert script.main([*collect, "--prompts", "6"]) == 0
+    steps = [json.loads(line) for line in (data / "progress.jsonl").read_text().splitlines()]
+    assert [s["collected"] for s in steps] == [4, 6] and all(s["tokens_per_s"] > 0 for s in steps)
+    order = pq.read_table(data / "train-order.parquet").column("prompt_id").to_pylist()
+    assert sorted(order) == [f"t{i:02d}" for i in range(10)]
+    first = {row["prompt_id"]: row for row in _rows(data)}
+    assert set(first) == set(order[:6])
+    assert script.main([*collect, "--prompts", "8"]) == 0  # resumes: two more, the first six untouched
+    again = {row["prompt_id"]: row for row in _rows(data)}
+    assert set(again) == set(order[:8]) and all(again[k] == v for k, v in first.items())
+    with pytest.raises(SystemExit, match="the first 9 prompts"):
+        script.main([*common, "train", "--trajectories", "9"])
+
+    # a training stopped at once saves its step and commits it; a fresh machine (no run folder) resumes from it
+    assert script.main([*common, "train", "--trajectories", "8", "--minutes", "0"]) == 0
+    committed = sorted((data / "checkpoints" / "lora-r16-n8").glob("checkpoint-*"))
+    assert [p.name for p in committed] == ["checkpoint-1"] and (committed[0] / "optimizer.pt").is_file()
+    shutil.rmtree(runs / "lora-r16-n8")
+    capsys.readouterr()
+    assert script.main([*common, "train", "--trajectories", "8"]) == 0
+    assert "resuming from the committed" in capsys.readouterr().out
+    state = json.loads((runs / "lora-r16-n8" / "trainer_state.json").read_text())
+    assert state["global_step"] > 1 and state["epoch"] == pytest.approx(1.0)
+    assert (data / "adapters" / "lora-r16-n8" / "adapter_model.safetensors").is_file()
+    assert not (data / "checkpoints" / "lora-r16-n8").exists()  # a finished run needs no resume checkpoint
+
+    assert script.main([*common, "judge", "--run", "lora-r16-n8", "--batch-size", "4"]) == 0
+    assert (data / "judged" / "base" / "quality.json").is_file()
+    assert "lora-r16-n8" in (data / "judged" / "judged.md").read_text()
+    assert script.main([*common, "status"]) == 0
+    status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert status["rows"] == 8 and status["judged"] == ["base", "lora-r16-n8"]
+
+
+def _rows(data: Path) -> list[dict]:
+    from hf_jacobi.data.collection import load_trajectories
+
+    return load_trajectories(data / "trajectories").to_list()
+
+
+@pytest.mark.integration
+def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tmp_path, capsys):
+    model = build_tiny_checkpoint(tmp_path / "tiny-model")
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    _prompt_set(data / "prompts.parquet", train=6, judge=2)
+    common = ["--data-dir", str(data), "--runs-dir", str(runs), "--model", str(model), "--tiny"]
+    script = _script()
+    assert script.plan_steps(6, tiny=True) == [
+        ("collect", None, 4),
+        ("train", "lora-r16", 4),
+        ("judge", "lora-r16-n4", 4),
+        ("collect", None, 6),
+        ("train", "lora-r16", 6),
+        ("judge", "lora-r16-n6", 6),
+        ("train", "lora-r64", 6),
+        ("judge", "lora-r64-n6", 6),
+    ]
+    assert script.main([*common, "run", "--minutes", "0", "--dtype", "float32"]) == 0
+    assert "stopping before collect" in capsys.readouterr().out and not (data / "trajectories").exists()
+    assert script.main([*common, "run", "--dtype", "float32", "--batch-size", "2"]) == 0
+    assert "every step is done" in capsys.readouterr().out
+    assert sorted(p.name for p in (data / "adapters").iterdir()) == ["lora-r16-n4", "lora-r16-n6", "lora-r64-n6"]
+    judged = (data / "judged" / "judged.md").read_text()
+    assert all(name in judged for name in ("lora-r16-n4", "lora-r16-n6", "lora-r64-n6"))
+    assert script.main([*common, "run", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "every step is done" in out and "[cpu-campaign] train" not in out
