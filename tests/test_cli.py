@@ -273,7 +273,7 @@ def _table_rows(out: str) -> list[list[str]]:
 def test_demo_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
     # The answer-quality part (16 more answers and their scoring) is proven on the tiny model, in
     # test_demo_side_by_side_measures_answer_quality_of_the_base_before_the_merge; --no-quality must drop it.
-    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "24", "--no-quality"])
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "24", "--no-quality", "--dtype", "float32"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "answer quality" not in out
@@ -293,7 +293,9 @@ def test_demo_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.integration
 @needs_model
 def test_demo_batched_on_embedded_model(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "16", "--batch", "2", "--jacobi-forcing"])
+    code = cli.main(
+        ["demo", "--prompts", "2", "--max-new-tokens", "16", "--batch", "2", "--jacobi-forcing", "--dtype", "float32"]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert len(_table_rows(out)) == 2 and "## + Jacobi Forcing adapter" in out and "side by side" not in out
@@ -332,7 +334,7 @@ def test_demo_side_by_side_measures_answer_quality_of_the_base_before_the_merge(
 
     monkeypatch.setattr(demo, "load_model", load_embedded)
     monkeypatch.setattr(demo, "with_jacobi_forcing", with_adapter)
-    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "6"])
+    code = cli.main(["demo", "--prompts", "2", "--max-new-tokens", "6", "--dtype", "float32"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert len(_table_rows(out)) == 4 and "all outputs identical to greedy: yes" in out
@@ -521,13 +523,15 @@ def test_demo_says_plainly_when_jacobi_was_slower_in_wall_time() -> None:
 
 
 def test_demo_on_a_checkpoint_uses_its_generation_config_and_the_flags(tiny_checkpoint: Path, capsys) -> None:
-    code = cli.main(["demo", "--model", str(tiny_checkpoint), "--prompts", "2", "--max-new-tokens", "6"])
+    code = cli.main(
+        ["demo", "--model", str(tiny_checkpoint), "--prompts", "2", "--max-new-tokens", "6", "--dtype", "float32"]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Jacobi: block size 16, blocks 1, n-gram pool 0" in out  # nothing in its generation config: defaults
     assert len(_table_rows(out)) == 2 and "side by side" not in out
     code = cli.main(["demo", "--model", str(tiny_checkpoint), "--prompts", "1", "--max-new-tokens", "6",
-                     "--block-size", "4", "--ngram-pool-size", "2"])  # fmt: skip
+                     "--block-size", "4", "--ngram-pool-size", "2", "--dtype", "float32"])  # fmt: skip
     assert code == 0 and "Jacobi: block size 4, blocks 1, n-gram pool 2\n" in capsys.readouterr().out
     # the describe line names a tuned verify size (the shipped defaults have one)
     from hf_jacobi.cli.common import describe_settings
@@ -546,3 +550,31 @@ def test_demo_compares_models_on_forwards_and_wall_time() -> None:
     table = comparison_table([untrained, trained])
     assert "| untrained | 65 | 1.08 | 6.2% | 32.5 | 16.2 | 0.50x | yes |" in table
     assert "| trained | 65 | 4.06 | 75.0% | 32.5 | 65.0 | 2.00x | yes |" in table
+
+
+@pytest.mark.parametrize(("units", "dtype"), [("avx512_bf16", "bfloat16"), ("amx", "bfloat16"), (None, "float32")])
+def test_demo_dtype_auto_takes_bfloat16_where_the_cpu_has_bfloat16_units(monkeypatch, units, dtype) -> None:
+    """The demo shows the fast path where there is one: Jacobi pays on a CPU in bfloat16 with the units for it."""
+    from hf_jacobi.cli.common import resolve_dtype
+    from hf_jacobi.decoding import cpu_info
+
+    monkeypatch.setattr(cpu_info, "bfloat16_units", lambda: units)
+    assert resolve_dtype("auto") == dtype and resolve_dtype("float16") == "float16"
+
+
+def test_demo_in_bfloat16_counts_identical_answers_and_explains_instead_of_failing(
+    tiny_checkpoint: Path, capsys, monkeypatch
+) -> None:
+    """In a reduced precision an answer may depart from greedy's at a near-tie: the demo counts them and says why, and
+    does not call it a failure; in float32 a difference would be one (exit 1)."""
+    from hf_jacobi.cli.demo import Row, demo_report
+
+    rows = [Row("p1", 20, 19, 9, True), Row("p2", 20, 19, 8, False)]
+    report = demo_report(rows, greedy_s=2.0, jacobi_s=1.0, block_size=8, exact=False)
+    assert "outputs identical to greedy in this dtype: 1 of 2" in report and "NO" not in report
+    assert "outputs identical to greedy: NO" in demo_report(rows, 2.0, 1.0, 8)
+    code = cli.main(["demo", "--model", str(tiny_checkpoint), "--prompts", "2", "--max-new-tokens", "6",
+                     "--dtype", "bfloat16"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "dtype: bfloat16" in out
+    assert "all outputs identical to bfloat16 greedy: " in out and "in float32 every answer is greedy's" in out

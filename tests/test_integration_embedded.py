@@ -123,6 +123,7 @@ def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_pro
     them again per setting: the same reference, twice the time)."""
     from hf_jacobi import load_default_model, load_prompts
     from hf_jacobi.decoding.config import JacobiConfig
+    from hf_jacobi.decoding.greedy_devices import greedy_entry
     from hf_jacobi.training.evaluation import greedy_outputs, measure_setting
 
     base, tokenizer = embedded_model
@@ -134,8 +135,11 @@ def test_the_shipped_jacobi_forcing_adapter_needs_fewer_forwards_on_held_out_pro
     assert (tuned.block_size, tuned.num_blocks, tuned.ngram_pool_size, tuned.candidates_per_step) == (8, 1, 4, 4)
     prompts = encode_prompts(load_prompts("packages", split="test", limit=4), tokenizer)
     # the model comes Jacobi-enabled: decoding="jacobi" runs the loop with the tuned defaults, no enable_jacobi needed;
-    # on a CPU, where they were measured slower than greedy, it decodes greedily unless a call asks for Jacobi
-    assert tuned.greedy_devices == ("cpu",)
+    # on a CPU in float32, where they were measured slower than greedy, it decodes greedily unless a call asks for
+    # Jacobi; in bfloat16 on a CPU with bfloat16 units, where they were measured faster, it runs Jacobi
+    assert tuned.greedy_devices == ("cpu:float32", "cpu:float16", "cpu:bfloat16:none")
+    assert greedy_entry(tuned.greedy_devices, "cpu", torch.bfloat16, "avx512_bf16") is None
+    assert greedy_entry(tuned.greedy_devices, "cpu", torch.bfloat16, None) == "cpu:bfloat16:none"
     ids = torch.tensor([prompts[0]])
     with pytest.warns(UserWarning, match="decodes greedily on cpu"):
         fallback = trained.generate(ids, max_new_tokens=8, decoding="jacobi", return_dict_in_generate=True)

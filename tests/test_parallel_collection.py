@@ -133,3 +133,21 @@ def test_a_folder_takes_one_method_only(tmp_path):
         )
     with pytest.raises(ValueError, match=r"method must be one of \['sequential', 'parallel'\], got 'fast'"):
         collect_trajectories(tiny_model("llama"), tiny_tokenizer(), prompts, tmp_path / "x", method="fast", **common)
+
+
+def test_hf_jacobi_collect_takes_the_method(tmp_path, capsys):
+    from hf_jacobi import cli
+
+    checkpoint = tmp_path / "tiny"
+    tiny_model("llama").save_pretrained(checkpoint)
+    tiny_tokenizer().save_pretrained(checkpoint)
+    argv = ["collect", "--model_name_or_path", str(checkpoint), "--prompts", "stdlib", "--num_prompts", "2"]
+    argv += ["--max_new_tokens", "6", "--block_size", "2", "--batch_size", "2", "--output_dir", str(tmp_path / "t")]
+    assert cli.main([*argv, "--method", "parallel"]) == 0
+    assert json.loads((tmp_path / "t" / "collection.json").read_text())["method"] == "parallel"
+    assert len(load_trajectories(tmp_path / "t")) == 2
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--method", "fast"])
+    assert (
+        "argument --method: invalid choice: 'fast' (choose from 'sequential', 'parallel')" in capsys.readouterr().err
+    )

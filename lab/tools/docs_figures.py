@@ -40,6 +40,7 @@ if TOOLS not in sys.path:
 # importing a block module registers its blocks
 from figure_blocks import (  # noqa: E402, F401
     cpu_bench,
+    cpu_fast_path,
     gpu_bench,
     gpu_grade,
     gpu_h200_1128,

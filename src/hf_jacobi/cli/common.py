@@ -269,14 +269,31 @@ def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+AUTO_DTYPE = "auto"
+"""`--dtype auto`: bfloat16 on a CPU with bfloat16 units (where Jacobi decoding pays: a block's verify costs little
+more than a one-token forward), float32 elsewhere (exact: Jacobi's answers are greedy's token for token)."""
+
+
+def resolve_dtype(dtype: str) -> str:
+    """`dtype`, with "auto" resolved for the device the CLI loads models on."""
+    if dtype != AUTO_DTYPE:
+        return dtype
+    from ..decoding.cpu_info import bfloat16_units
+
+    return "bfloat16" if not torch.cuda.is_available() and bfloat16_units() is not None else "float32"
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int, dtype: str = "float32") -> None:
     """The model flags and the Jacobi settings; a Jacobi flag left out takes the model's generation config value (the
-    shipped adapter's tuned one with --jacobi-forcing), else the library default."""
+    shipped adapter's tuned one with --jacobi-forcing), else the library default. `dtype`: the default of --dtype
+    ("auto" accepted too when it is the default)."""
     parser.add_argument(
         "--model", type=model_name, default=None, help=f"{MODEL_HELP} (default: embedded SmolLM2-135M)"
     )
     add_jacobi_forcing_argument(parser)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    choices = sorted(DTYPES) + ([AUTO_DTYPE] if dtype == AUTO_DTYPE else [])
+    about = " (auto: bfloat16 on a CPU with bfloat16 units, else float32)" if dtype == AUTO_DTYPE else ""
+    parser.add_argument("--dtype", choices=choices, default=dtype, help=f"weights dtype (default {dtype}){about}")
     add_jacobi_setting_flags(parser, "the model's generation config")
     parser.add_argument(
         "--max-new-tokens",

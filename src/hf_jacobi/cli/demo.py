@@ -12,6 +12,7 @@ from tqdm import tqdm
 from ..decoding.config import JacobiConfig
 from .arg_types import positive_int
 from .common import (
+    AUTO_DTYPE,
     LoadedModel,
     add_model_arguments,
     add_prompt_source_arguments,
@@ -20,6 +21,7 @@ from .common import (
     load_model,
     load_source_prompts,
     per_forward,
+    resolve_dtype,
     warm_up,
     with_jacobi_forcing,
 )
@@ -100,6 +102,7 @@ def run_model(
 def run_demo(args: argparse.Namespace) -> int:
     """Greedy vs Jacobi per prompt and per model, then the models side by side; exit 1 if any output differs."""
     prompts = load_source_prompts(args)
+    args.dtype = resolve_dtype(args.dtype)
     side_by_side = args.model is None and not args.jacobi_forcing and args.adapter is None
     loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
     settings = demo_settings(args, loaded)
@@ -120,8 +123,10 @@ def run_demo(args: argparse.Namespace) -> int:
         runs.append(run_model(trained, TRAINED, prompts, settings, args))
         if quality:
             samples.append(sample_quality(trained, samples[0], TRAINED, args))
+    exact = args.dtype == "float32"
     for run in runs:
-        print(f"## {run.label}\n\n{demo_report(run.rows, run.greedy_s, run.jacobi_s, settings.block_size)}\n")
+        report = demo_report(run.rows, run.greedy_s, run.jacobi_s, settings.block_size, exact)
+        print(f"## {run.label}\n\n{report}\n")
     if len(runs) > 1:
         print(f"## side by side\n\n{comparison_table(runs)}\n")
     if samples:
@@ -131,8 +136,11 @@ def run_demo(args: argparse.Namespace) -> int:
             f"## answer quality: greedy answers to plain chat requests (held out)\n\n{markdown_table(samples, samples[0])}\n"
         )
     identical = all(run.identical for run in runs)
-    print(f"all outputs identical to greedy: {'yes' if identical else 'NO'}")
-    return 0 if identical else 1
+    if exact:
+        print(f"all outputs identical to greedy: {'yes' if identical else 'NO'}")
+    else:
+        print(f"all outputs identical to {args.dtype} greedy: {'yes' if identical else 'no'} {ROUNDING_NOTE}")
+    return 0 if identical or not exact else 1
 
 
 def sample_quality(loaded: LoadedModel, base, label: str, args: argparse.Namespace):
@@ -179,8 +187,15 @@ def wall_time_verdict(greedy_s: float, jacobi_s: float, block_size: int) -> str:
     )
 
 
-def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float, block_size: int) -> str:
-    """The Markdown table, the totals, the wall-time verdict and the verdict on losslessness."""
+ROUNDING_NOTE = (
+    "(in a reduced precision a forward over a block rounds differently from a forward over one token, so a near-tie "
+    "may go the other way and an answer depart from greedy's; in float32 every answer is greedy's: --dtype float32)"
+)
+
+
+def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float, block_size: int, exact: bool = True) -> str:
+    """The Markdown table, the totals, the wall-time verdict and the verdict on losslessness (`exact`: float32, where
+    every output must be greedy's; otherwise the count of those that are)."""
     lines = [
         "| prompt | new tokens | forwards greedy | forwards Jacobi | tokens/forward (Jacobi) | identical |",
         "|---|---:|---:|---:|---:|:---:|",
@@ -207,7 +222,9 @@ def demo_report(rows: list[Row], greedy_s: float, jacobi_s: float, block_size: i
         f"wall time: greedy {greedy_s:.2f} s ({tokens / greedy_s:.1f} tokens/s), "
         f"Jacobi {jacobi_s:.2f} s ({tokens / jacobi_s:.1f} tokens/s)",
         wall_time_verdict(greedy_s, jacobi_s, block_size),
-        f"outputs identical to greedy: {'yes' if all_identical else 'NO'}",
+        f"outputs identical to greedy: {'yes' if all_identical else 'NO'}"
+        if exact
+        else f"outputs identical to greedy in this dtype: {sum(row.identical for row in rows)} of {len(rows)}",
     ]
     return "\n".join(lines)
 
@@ -218,7 +235,7 @@ def add_parser(commands) -> None:
     )
     add_prompt_source_arguments(demo, "packages", "test", "held out of the shipped adapter's training")
     demo.add_argument("--batch", type=positive_int, default=1, help="prompts per left-padded batch (default 1)")
-    add_model_arguments(demo, max_new_tokens=128)
+    add_model_arguments(demo, max_new_tokens=128, dtype=AUTO_DTYPE)
     demo.add_argument(
         "--no-quality",
         action="store_true",
