@@ -555,7 +555,7 @@ def test_demo_compares_models_on_forwards_and_wall_time() -> None:
 @pytest.mark.parametrize(("units", "dtype"), [("avx512_bf16", "bfloat16"), ("amx", "bfloat16"), (None, "float32")])
 def test_demo_dtype_auto_takes_bfloat16_where_the_cpu_has_bfloat16_units(monkeypatch, units, dtype) -> None:
     """The demo shows the fast path where there is one: Jacobi pays on a CPU in bfloat16 with the units for it."""
-    from hf_jacobi.cli.common import resolve_dtype
+    from hf_jacobi.cli.arg_types import resolve_dtype
     from hf_jacobi.decoding import cpu_info
 
     monkeypatch.setattr(cpu_info, "bfloat16_units", lambda: units)

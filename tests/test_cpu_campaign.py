@@ -45,6 +45,15 @@ def _prompt_set(path: Path, train: int, judge: int) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA), path)
 
 
+def _tiny_campaign(tmp_path: Path, train: int):
+    """The script, its common flags (a tiny checkpoint, data and run folders under tmp_path), and the two folders."""
+    model = build_tiny_checkpoint(tmp_path / "tiny-model")
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    _prompt_set(data / "prompts.parquet", train=train, judge=2)
+    common = ["--data-dir", str(data), "--runs-dir", str(runs), "--model", str(model), "--tiny"]
+    return _script(), common, data, runs
+
+
 def test_collection_order_is_a_shuffle_sorted_by_length_within_chunks(monkeypatch):
     script = _script()
     monkeypatch.setattr(script, "CHUNK", 4)
@@ -60,11 +69,7 @@ def test_collection_order_is_a_shuffle_sorted_by_length_within_chunks(monkeypatc
 
 @pytest.mark.integration
 def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
-    model = build_tiny_checkpoint(tmp_path / "tiny-model")
-    data, runs = tmp_path / "data", tmp_path / "runs"
-    _prompt_set(data / "prompts.parquet", train=10, judge=2)
-    common = ["--data-dir", str(data), "--runs-dir", str(runs), "--model", str(model), "--tiny"]
-    script = _script()
+    script, common, data, runs = _tiny_campaign(tmp_path, train=10)
 
     collect = [*common, "collect", "--dtype", "float32", "--batch-size", "2", "--step", "4"]
     assert script.main([*collect, "--prompts", "6"]) == 0
@@ -109,11 +114,7 @@ def _rows(data: Path) -> list[dict]:
 
 @pytest.mark.integration
 def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tmp_path, capsys):
-    model = build_tiny_checkpoint(tmp_path / "tiny-model")
-    data, runs = tmp_path / "data", tmp_path / "runs"
-    _prompt_set(data / "prompts.parquet", train=6, judge=2)
-    common = ["--data-dir", str(data), "--runs-dir", str(runs), "--model", str(model), "--tiny"]
-    script = _script()
+    script, common, data, _ = _tiny_campaign(tmp_path, train=6)
     assert script.plan_steps(6, tiny=True) == [
         ("collect", None, 4),
         ("train", "lora-r16", 4),

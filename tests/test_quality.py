@@ -126,14 +126,19 @@ def test_the_table_and_the_front_plot(measured, tmp_path):
     assert path.stat().st_size > 1000
 
 
-def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_protocol(tmp_path, capsys):
-    from hf_jacobi.cli import main
-
+def _tiny_quality_command(tmp_path: Path) -> list[str]:
+    """`hf-jacobi quality` on a tiny checkpoint saved under tmp_path, at toy sizes."""
     folder = tmp_path / "tiny"
     tiny_model("llama", 0).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     common = ["quality", "--model", str(folder), "--num-prompts", "2", "--num-speed-prompts", "1"]
-    common += ["--max-new-tokens", "6", "--block-size", "4", "--settings", "plain"]
+    return [*common, "--max-new-tokens", "6", "--block-size", "4", "--settings", "plain"]
+
+
+def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_protocol(tmp_path, capsys):
+    from hf_jacobi.cli import main
+
+    common = _tiny_quality_command(tmp_path)
     assert main([*common, "--output-dir", str(tmp_path / "first")]) == 0
     first = json.loads((tmp_path / "first" / "quality.json").read_text())
     assert [m["name"] for m in first["models"]] == ["base"] and first["protocol"]["prompts"] == {
@@ -299,11 +304,7 @@ def test_jacobi_answers_that_differ_are_counted_and_judged_as_they_are(measured,
 def test_the_command_decodes_jacobi_answers_reuses_them_and_merges_them(tmp_path, monkeypatch, capsys):
     from hf_jacobi.cli import main
 
-    folder = tmp_path / "tiny"
-    tiny_model("llama", 0).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    common = ["quality", "--model", str(folder), "--num-prompts", "2", "--num-speed-prompts", "1"]
-    common += ["--max-new-tokens", "6", "--block-size", "4", "--settings", "plain"]
+    common = _tiny_quality_command(tmp_path)
     assert main([*common, "--output-dir", str(tmp_path / "greedy")]) == 0
     # an earlier run without --jacobi-answers lends its base, and the base's Jacobi row is measured
     earlier = ["--base-results", str(tmp_path / "greedy")]

@@ -105,3 +105,27 @@ def glance_row(page: Page) -> str:
         f"{row['tokens_per_s'] / fastest:.2f}x, {row['speedup_vs_ar']:.2f}x | "
         f"{page.ref(COMPILED['bfloat16'], 'bench.json')} |"
     )
+
+
+COLLECTION = "campaign-cpu/collection-methods-64.json"
+
+
+@block("campaign-collection-rate")
+def campaign_collection_rate(page: Page) -> str:
+    """Both collection methods on the campaign's same 64 prompts in bfloat16, and the float32 check."""
+    stage = load(COLLECTION)["stages"]["trajectories"]
+    measured, check = stage["measured"], stage["float32_check"]
+    lines = [
+        "| method (bfloat16, one batch of 64, 128 tokens, block 16) | answer tokens | seconds | tokens/s |",
+        "|---|---:|---:|---:|",
+    ]
+    for method in ("sequential", "parallel"):
+        row = measured[method]
+        lines.append(f"| {method} | {row['tokens']:,} | {row['seconds']:.0f} | {row['tokens_per_s']:.1f} |")
+    par = check["parallel"]
+    return "\n".join(lines) + (
+        f"\n\nFloat32 check on {check['batch_size']} prompts: Jacobi answers identical to greedy "
+        f"{check['jacobi_answers_equal_greedy']}, argmax disagreements of the parallel method {par['disagreements']} "
+        f"(in bfloat16: {measured['parallel']['disagreements']} first-wrong tokens set to greedy's). "
+        f"File: {page.ref(COLLECTION)}."
+    )

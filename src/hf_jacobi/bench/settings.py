@@ -51,9 +51,8 @@ class Setting:
         the same settings on the static cache, its forward compiled or not (padded to `static_widths` widths, else the
         device's default)."""
         config = _on_path(JacobiConfig.from_generation_config(generation_config), path, static_widths)
-        fallback = f"; greedy where the model falls back: {', '.join(config.greedy_devices)}" * bool(
-            config.greedy_devices
-        )
+        devices = config.greedy_devices
+        fallback = f"; greedy where the model falls back: {', '.join(devices)}" if devices else ""
         return cls(
             f"Jacobi default ({config.describe()}{fallback})", JACOBI, config.block_size, DEFAULT_VARIANT, config
         )

@@ -21,7 +21,7 @@ from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
 from ..loading import DTYPES, EMBEDDED, ModelLoadError, eos_token_ids
 from ..loading import load_model as _load_model
 from ..measurement import Decoded, decode
-from .arg_types import model_name, non_negative_int, positive_int
+from .arg_types import AUTO_DTYPE, model_name, non_negative_int, positive_int
 
 DEBUG_ENV = "HF_JACOBI_DEBUG"
 
@@ -267,20 +267,6 @@ def add_jacobi_forcing_argument(parser: argparse.ArgumentParser) -> None:
         help="a PEFT adapter folder to merge into the model first (e.g. a `hf-jacobi train` run with use_peft), with "
         "the Jacobi defaults of its generation_config.json",
     )
-
-
-AUTO_DTYPE = "auto"
-"""`--dtype auto`: bfloat16 on a CPU with bfloat16 units (where Jacobi decoding pays: a block's verify costs little
-more than a one-token forward), float32 elsewhere (exact: Jacobi's answers are greedy's token for token)."""
-
-
-def resolve_dtype(dtype: str) -> str:
-    """`dtype`, with "auto" resolved for the device the CLI loads models on."""
-    if dtype != AUTO_DTYPE:
-        return dtype
-    from ..decoding.cpu_info import bfloat16_units
-
-    return "bfloat16" if not torch.cuda.is_available() and bfloat16_units() is not None else "float32"
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, max_new_tokens: int, dtype: str = "float32") -> None:

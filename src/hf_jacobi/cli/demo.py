@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from ..decoding.config import JacobiConfig
-from .arg_types import positive_int
+from .arg_types import AUTO_DTYPE, positive_int, resolve_dtype
 from .common import (
-    AUTO_DTYPE,
     LoadedModel,
     add_model_arguments,
     add_prompt_source_arguments,
@@ -21,7 +20,6 @@ from .common import (
     load_model,
     load_source_prompts,
     per_forward,
-    resolve_dtype,
     warm_up,
     with_jacobi_forcing,
 )
