@@ -15,7 +15,7 @@ from hf_jacobi.bench.runner import run_bench
 from hf_jacobi.bench.settings import AR_COMPILED, AR_STATIC, JACOBI, Setting, bench_settings, path_variants
 from hf_jacobi.bench.tasks import BenchItem, BenchTask, Score, load_task
 from hf_jacobi.cli import main
-from tiny_models import tiny_model, tiny_tokenizer
+from tiny_models import fresh_tiny_model, tiny_model, tiny_tokenizer
 
 DATA = Path(__file__).parent / "data"
 
@@ -372,7 +372,7 @@ def test_explicit_jacobi_rows_run_jacobi_where_the_model_falls_back_and_the_defa
     """A checkpoint whose generation config decodes greedily on this device (jacobi_greedy_devices) must not turn the
     bench's explicit Jacobi rows into greedy under a Jacobi label; only the model-defaults row follows the fallback,
     and its label names it."""
-    model = enable_jacobi(tiny_model("gemma", 0))
+    model = enable_jacobi(fresh_tiny_model("gemma", 0))  # its generation config is changed: not the cached one
     JacobiConfig(block_size=4, ngram_pool_size=2, greedy_devices=("cpu",)).write_to(model.generation_config)
     explicit = bench_settings([4], ["plain", "both"], compiled_baseline=False)[1:]
     default = Setting.model_defaults(model.generation_config)
