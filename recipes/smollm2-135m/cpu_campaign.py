@@ -359,8 +359,9 @@ def status(args: argparse.Namespace) -> int:
     steps = (
         [json.loads(line) for line in layout.progress.read_text().splitlines()] if layout.progress.is_file() else []
     )
-    seconds = sum(s["seconds"] for s in steps)
-    rate = sum(s["tokens"] for s in steps) / seconds if seconds else 0.0
+    timed = [s for s in steps if "note" not in s]  # a noted step was paused (the machine timed other work)
+    seconds = sum(s["seconds"] for s in timed)
+    rate = sum(s["tokens"] for s in timed) / seconds if seconds else 0.0
     report = {"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": round(rate, 1)}
     report["checkpoints"] = sorted(str(p.relative_to(layout.data)) for p in layout.checkpoints.glob("*/checkpoint-*"))
     report["judged"] = sorted(p.name for p in layout.judged.iterdir() if p.is_dir()) if layout.judged.is_dir() else []
