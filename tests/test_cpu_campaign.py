@@ -4,7 +4,6 @@ checkpoint alone, and judging beside the base."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -20,15 +19,13 @@ sys.path.insert(0, str(RECIPE))
 from campaign.prompts import PROMPT_SCHEMA  # noqa: E402
 from campaign.tiny import build_tiny_checkpoint  # noqa: E402
 
+from script_modules import load_script  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:Model (has|with) `tie_word_embeddings=True`:UserWarning")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("cpu_campaign", RECIPE / "cpu_campaign.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while the module runs
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECIPE / "cpu_campaign.py")
 
 
 def _prompt_set(path: Path, train: int, judge: int) -> None:

@@ -5,7 +5,6 @@ disjointness check, the SVD approximation of a full-parameter run, what one devi
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import sys
 import tarfile
@@ -25,15 +24,14 @@ from campaign.lowrank import svd_adapter  # noqa: E402
 from campaign.prompts import CollectingFilter, PromptSet, check_disjoint, held_out_texts, make_disjoint  # noqa: E402
 from campaign.tiny import build_tiny_checkpoint  # noqa: E402
 
+from script_modules import load_script  # noqa: E402
+
 # Merging an adapter into the tied embedding of the tiny model (as of SmolLM2) is what the SVD adapter does on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Model (has|with) `tie_word_embeddings=True`:UserWarning")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gpu_campaign", RECIPE / "gpu_campaign.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECIPE / "gpu_campaign.py")
 
 
 def _expired(stage: str = "prompts") -> StageTimer:

@@ -156,10 +156,10 @@ def collect(args: argparse.Namespace) -> int:
     prompts = ordered_train_prompts(layout, tokenizer)
     wanted = min(args.prompts or len(prompts), len(prompts))
     deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
-    done, _ = _collected_count(layout)
+    done, tokens = _collected_count(layout)
     while done < wanted and time.monotonic() < deadline:
         goal = min(wanted, (done // args.step + 1) * args.step)
-        rows_before, tokens_before = done, _collected_count(layout)[1]
+        rows_before, tokens_before = done, tokens
         start = time.perf_counter()
         with torch.inference_mode():
             collect_trajectories(

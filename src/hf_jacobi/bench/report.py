@@ -19,6 +19,7 @@ import torch
 
 from ..atomic import write_text
 from ..bench_results import markdown_table
+from ..decoding.cpu_info import model_name
 from ..figures import save_figure
 from .runner import BenchRun
 from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC
@@ -51,15 +52,7 @@ def machine_description(device: str | torch.device | None = None) -> str:
 def _cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """The processor's model name where Linux tells it: two machines of one kind can differ in it, and CPU speeds
     compare only within one machine (greedy's one-token forwards in particular move with it)."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    return value.strip()
-    except OSError:
-        return None
-    return None
+    return model_name(cpuinfo)
 
 
 def summarize(run: BenchRun) -> list[dict[str, Any]]:

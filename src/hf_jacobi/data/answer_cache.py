@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
+from ..measurement import generated_tokens
 
 
 @dataclass
@@ -45,10 +46,7 @@ def greedy_answers(
         **{CACHE_ARGUMENT: cache},
     )
     width = inputs["input_ids"].shape[1]
-    answers = []
-    for row in out.sequences[:, width:].tolist():
-        end = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
-        answers.append(row[:end])
+    answers = [generated_tokens(row, eos_ids) for row in out.sequences[:, width:]]
     prompt_len = torch.tensor([len(p) for p in prompts], device=model.device)
     return answers, AnswerCache(cache, width, prompt_len)
 

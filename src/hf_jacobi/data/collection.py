@@ -40,6 +40,7 @@ from .shards import (
     check_or_record,
     list_shards,
     read_shard,
+    recorded_settings,
     repair,
     shard_path,
     shard_rank_and_number,
@@ -111,11 +112,10 @@ def collect_trajectories(
 def _folder_settings(block_size, max_new_tokens, chat, draft_seed, method, model_id) -> dict[str, Any]:
     """What `collection.json` records: the settings a resumed collection must share."""
     settings = {"block_size": block_size, "max_new_tokens": max_new_tokens, "chat": chat, "draft_seed": draft_seed}
-    if method != "sequential":  # folders collected before the methods existed hold sequential rows, unrecorded
-        settings["method"] = method
+    settings["method"] = method
     if model_id is not None:
         settings["model"] = model_id
-    return settings
+    return recorded_settings(settings)
 
 
 def _check_arguments(

@@ -17,6 +17,7 @@ import torch
 from ..batching import left_padded
 from ..decoding.config import JacobiConfig
 from ..loading import eos_token_ids
+from ..measurement import generated_tokens
 from .block_iterations import block_trajectories
 from .trajectories import TrajectoryRecorder, block_states
 from .trajectory_schema import TrajectoryRow
@@ -81,9 +82,7 @@ class BatchCollector:
         )
         found = []
         for row in range(len(prompts)):
-            generated = out.sequences[row, width:].tolist()
-            end = next((i + 1 for i, token in enumerate(generated) if token in self.eos_ids), len(generated))
-            generated = generated[:end]
+            generated = generated_tokens(out.sequences[row, width:], self.eos_ids)
             blocks = block_states(recorder.steps.get(row, []), generated, self.block_size)
             found.append((generated, blocks, int(out.forward_passes[row])))
         return found

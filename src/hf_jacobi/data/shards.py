@@ -48,6 +48,11 @@ UNRECORDED_DEFAULTS = {"method": "sequential"}
 """Settings recorded only when they differ from these (so that older folders and their comparisons stay as they were)."""
 
 
+def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` as `collection.json` records them: a setting at its `UNRECORDED_DEFAULTS` value is left out."""
+    return {k: v for k, v in settings.items() if k not in UNRECORDED_DEFAULTS or UNRECORDED_DEFAULTS[k] != v}
+
+
 def check_or_record(
     folder: Path, settings: dict[str, Any], identity: Callable[[], dict[str, Any]], write: bool
 ) -> None:
@@ -71,14 +76,9 @@ def check_or_record(
             write_text(path, json.dumps(settings, indent=2))
         return
     previous = json.loads(path.read_text())
-    # a setting a run leaves unrecorded takes its default (folders from before it existed hold that)
-    keys = list(settings) + [k for k in UNRECORDED_DEFAULTS if k not in settings]
-    now = {k: settings.get(k, UNRECORDED_DEFAULTS.get(k)) for k in keys}
-    differing = {
-        k: (previous.get(k, UNRECORDED_DEFAULTS.get(k)), v)
-        for k, v in now.items()
-        if previous.get(k, UNRECORDED_DEFAULTS.get(k)) != v
-    }
+    # a setting left unrecorded takes its default (folders from before it existed hold that)
+    on_disk, now = {**UNRECORDED_DEFAULTS, **previous}, {**UNRECORDED_DEFAULTS, **settings}
+    differing = {k: (on_disk.get(k), v) for k, v in now.items() if on_disk.get(k) != v}
     if differing:
         detail = ", ".join(f"{k}: {old!r} on disk, {new!r} now" for k, (old, new) in differing.items())
         raise ValueError(f"{folder} holds trajectories collected with other settings ({detail}); use a new folder.")

@@ -79,7 +79,8 @@ class JacobiConfig:
             (the same tokens, stock generate's output) and says so once. Each entry is a device type ("cpu", "cuda",
             "mps", ...), optionally with a dtype ("cpu:float32": greedy on a CPU in float32 only) and on a CPU with
             its bfloat16 units ("cpu:bfloat16:none": in bfloat16 on a CPU without them; "amx" and "avx512_bf16" name
-            them, see `hf_jacobi.decoding.cpu_info`): on a CPU the cost of verifying a block depends on both. A checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
+            them, see `hf_jacobi.decoding.cpu_info`): on a CPU the cost of verifying a block depends on both. A
+            checkpoint whose settings were measured slower than greedy on some device ships it, as `tune` keeps
             greedy where nothing pays; `jacobi_greedy_devices=[]` in a call runs Jacobi anyway. Collection, which
             records Jacobi states, and the project's own measurements always run Jacobi.
     """

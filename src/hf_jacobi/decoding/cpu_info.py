@@ -17,16 +17,25 @@ CPUINFO = Path("/proc/cpuinfo")
 
 
 @functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The flags the kernel lists for the first CPU (empty where /proc/cpuinfo is absent: macOS, Windows)."""
+def first_cpu(cpuinfo: str | Path = CPUINFO) -> dict[str, str]:
+    """The fields Linux lists for the first CPU in `cpuinfo` ("flags", "model name", ...), read once; empty where the
+    file is absent (macOS, Windows)."""
     try:
-        text = CPUINFO.read_text()
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return frozenset()
+        return {}
+    fields: dict[str, str] = {}
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
+        if not line.strip():
+            break  # the first CPU's block ends at the first blank line
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags() -> frozenset[str]:
+    """The flags the kernel lists for the first CPU (empty where /proc/cpuinfo is absent)."""
+    return frozenset(first_cpu().get("flags", "").split())
 
 
 def bfloat16_units() -> str | None:
@@ -39,16 +48,14 @@ def bfloat16_units() -> str | None:
     return None
 
 
-@functools.cache
+def model_name(cpuinfo: str | Path = CPUINFO) -> str | None:
+    """The processor's model name where Linux tells it ("AMD EPYC", "Intel(R) Xeon(R) ..."), else None."""
+    return first_cpu(cpuinfo).get("model name") or None
+
+
 def cpu_model() -> str:
-    """The CPU's model name ("AMD EPYC", "Intel(R) Xeon(R) ..."), or the platform's processor string."""
-    try:
-        for line in CPUINFO.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name, or the platform's processor string where Linux does not tell it."""
+    return model_name() or platform.processor() or platform.machine()
 
 
 def cpu_description() -> str:

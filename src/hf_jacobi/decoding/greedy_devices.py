@@ -29,11 +29,17 @@ def device_types(value: Any) -> tuple[str, ...]:
     )
 
 
-def _check_greedy_entry(entry: str) -> None:
+def _parts(entry: str) -> tuple[str, str, str, int]:
+    """(device, dtype, units, number of parts) of an entry; an unnamed part is ""."""
     parts = entry.split(":")
     device, dtype, units = [*parts, "", ""][:3]
+    return device, dtype, units, len(parts)
+
+
+def _check_greedy_entry(entry: str) -> None:
+    device, dtype, units, count = _parts(entry)
     problem = None
-    if not device or len(parts) > 3:
+    if not device or count > 3:
         problem = "it must read 'device', 'device:dtype' or 'cpu:dtype:units'"
     elif dtype and dtype not in GREEDY_DTYPES:
         problem = f"its dtype must be one of {list(GREEDY_DTYPES)}"
@@ -53,8 +59,7 @@ def greedy_entry(
     for none), or None: an entry covers it when its device matches and its dtype and units, where given, match too."""
     dtype_name = str(dtype).removeprefix("torch.")
     for entry in entries or ():
-        device, _, rest = entry.partition(":")
-        wanted_dtype, _, wanted_units = rest.partition(":")
+        device, wanted_dtype, wanted_units, _ = _parts(entry)
         if device != device_type or (wanted_dtype and wanted_dtype != dtype_name):
             continue
         if wanted_units and wanted_units != (units or "none"):
