@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,16 +10,14 @@ import pytest
 
 from hf_jacobi.bench.common import variant_config
 from hf_jacobi.decoding.checks import widest_forward
+from script_modules import load_script
 from tiny_models import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _driver(name: str = "bench_gpu"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "lab" / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "lab" / "benchmarks" / f"{name}.py")
 
 
 @pytest.fixture(autouse=True)

@@ -1,26 +1,18 @@
 """The documentation agrees with the results files and the Makefiles: figures rendered from their files, the README
 short, every `make` command it names defined. (The site itself is built by `make docs`, part of `make test`.)"""
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE_MAKEFILE = "recipes/smollm2-135m/Makefile"
 
 
-def load_renderer():
-    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "lab" / "tools" / "docs_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-figures = load_renderer()
+figures = load_script(ROOT / "lab" / "tools" / "docs_figures.py")
 
 
 def test_committed_pages_agree_with_their_results_files():

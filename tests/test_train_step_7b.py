@@ -3,23 +3,19 @@ Qwen2 on the CPU, each setting in its own process, one JSON line each, a failure
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str = "train_step_7b"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "lab" / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves its annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "lab" / "benchmarks" / f"{name}.py")
 
 
 @pytest.fixture(autouse=True)

@@ -5,21 +5,19 @@ imports it only to run an engine."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import statistics
 from pathlib import Path
+
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "vllm-cpu" / "base-scale"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("vllm_cpu", ROOT / "lab" / "benchmarks" / "vllm_cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "lab" / "benchmarks" / "vllm_cpu.py")
 
 
 def test_the_committed_page_is_rendered_from_its_json(tmp_path: Path) -> None:
