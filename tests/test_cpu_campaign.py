@@ -82,6 +82,13 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     with pytest.raises(SystemExit, match="the first 9 prompts"):
         script.main([*common, "train", "--trajectories", "9"])
 
+    # the padding a training epoch runs over, random against length-grouped batches, on the same rows
+    assert script.main([*common, "padding", "--trajectories", "8", "--output", str(tmp_path / "padding.json")]) == 0
+    padding = json.loads((tmp_path / "padding.json").read_text())
+    assert padding["rows"] == padding["anchor_texts"] + 8 and padding["anchor_texts"] > 0
+    real, grouped, random = (padding["real_tokens"], padding["group_by_length"], padding["random"])
+    assert real <= grouped["padded_tokens"] < random["padded_tokens"]
+
     # a training stopped at once saves its step and commits it; a fresh machine (no run folder) resumes from it
     assert script.main([*common, "train", "--trajectories", "8", "--minutes", "0"]) == 0
     committed = sorted((data / "checkpoints" / "lora-r16-n8").glob("checkpoint-*"))

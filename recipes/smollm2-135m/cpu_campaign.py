@@ -34,7 +34,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parent
 SAVE_EVERY_S = 20 * 60
+CPU_BATCH_SIZE, CPU_ACCUMULATION = 4, 8
+"""The recipe's 32 rows a step as 8 micro-batches of 4: batches grouped by length put the longest rows (anchor texts
+of ~1,500 tokens) in one batch, and what a training forward keeps for backward grows with rows x length^2 (the
+attention of 30 layers) and rows x length x vocabulary (the logits): at 16 and at 8 rows the first step outgrew a
+24 GiB machine (killed); at 4 it peaks near 17 GB. The losses are divided by item counts over the accumulated batch,
+so the step is the same."""
 CPU_TRAIN_FLAGS = [
+    "--per_device_train_batch_size",
+    str(CPU_BATCH_SIZE),
+    "--gradient_accumulation_steps",
+    str(CPU_ACCUMULATION),
     "--use_cpu",
     "true",
     "--bf16",
@@ -369,6 +379,33 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def padding(args: argparse.Namespace) -> int:
+    """Real and padded tokens of a training epoch on the first `--trajectories` prompts, random batches against
+    batches grouped by length (`campaign/padding.py`), printed and written to `--output` when given."""
+    from campaign import training
+    from campaign.padding import padding_report
+    from transformers import AutoTokenizer
+
+    from hf_jacobi.loading import resolve_model_path
+
+    layout = args.layout
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(layout.model))
+    report = padding_report(
+        training.RECIPE,
+        layout.trajectories,
+        layout.order,
+        args.trajectories,
+        tokenizer,
+        CPU_BATCH_SIZE,
+        CPU_ACCUMULATION,
+    )
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.output is not None:
+        args.output.write_text(text + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=None, help="the committed folder (default data/campaign-cpu)")
@@ -398,6 +435,10 @@ def main(argv: list[str] | None = None) -> int:
     rate.add_argument("--batch-size", dest="judge_batch_size", type=int, default=16, help="quality's batch")
     rate.set_defaults(func=judge)
     commands.add_parser("status", help="what is collected, trained and judged").set_defaults(func=status)
+    pad = commands.add_parser("padding", help="padded tokens of a training epoch, random against grouped batches")
+    pad.add_argument("--trajectories", type=int, required=True, help="the first N prompts of the collection order")
+    pad.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    pad.set_defaults(func=padding)
     whole = commands.add_parser("run", help="every step of the campaign not done yet, in order (resumes)")
     whole.add_argument("--minutes", type=float, default=None, help="this sitting's time (default: to the end)")
     whole.add_argument("--dtype", default="bfloat16", help="collection dtype")

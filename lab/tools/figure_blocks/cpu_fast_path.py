@@ -108,6 +108,7 @@ def glance_row(page: Page) -> str:
 
 
 COLLECTION = "campaign-cpu/collection-methods-64.json"
+PADDING = "campaign-cpu/padding.json"
 
 
 @block("campaign-collection-rate")
@@ -129,3 +130,23 @@ def campaign_collection_rate(page: Page) -> str:
         f"(in bfloat16: {measured['parallel']['disagreements']} first-wrong tokens set to greedy's). "
         f"File: {page.ref(COLLECTION)}."
     )
+
+
+@block("campaign-padding")
+def campaign_padding(page: Page) -> str:
+    """The tokens a training epoch's batches pad to, random against length-grouped batches."""
+    report = load(PADDING)
+    lines = [
+        f"| batches of {report['batch_size']} rows ({report['accumulation']} a step) | tokens the forwards run over "
+        "| over the rows' own |",
+        "|---|---:|---:|",
+    ]
+    for name, label in (("random", "random (transformers' default)"), ("group_by_length", "grouped by length")):
+        row = report[name]
+        lines.append(f"| {label} | {row['padded_tokens']:,} | {row['padded_over_real']:.3f}x |")
+    return "\n".join(lines) + (
+        f"\n\n{report['rows']:,} rows ({report['rows'] - report['anchor_texts']:,} trajectories of the first "
+        f"{report['trajectories']:,} prompts that hold a block, {report['anchor_texts']:,} anchor texts), {report['real_tokens']:,} tokens of their own: grouped batches run "
+        f"{report['random_over_grouped']:.2f}x fewer token-forwards an epoch. File: {page.ref(PADDING)}."
+    )
+

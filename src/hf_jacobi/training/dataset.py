@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from ..data.trajectory_schema import TRAINED_COLUMNS, check_not_empty, check_trajectory_table
 from .collator import ANCHOR_TEXT, JacobiForcingCollator
+from .sampling import with_packed_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +98,11 @@ def training_datasets(
     anchor_dataset: datasets.Dataset | None,
     collator: JacobiForcingCollator,
     base_kl_weight: float,
+    length_column: str | None = None,
 ) -> tuple[datasets.Dataset, datasets.Dataset | dict[str, datasets.Dataset] | None, int]:
     """The train and eval rows the trainer reads (`usable_trajectories`; the anchor texts mixed into the train rows),
-    and the block size most training trajectories have (the trained model's Jacobi default)."""
+    and the block size most training trajectories have (the trained model's Jacobi default). With `length_column`,
+    every row carries its packed length there, for a sampler that groups batches by length."""
     train_dataset = usable_trajectories(train_dataset, collator, "train")
     trained_block_size = collections.Counter(train_dataset["block_size"]).most_common(1)[0][0]
     if anchor_dataset is not None:
@@ -113,6 +116,12 @@ def training_datasets(
         eval_dataset = {k: usable_trajectories(v, collator, k) for k, v in eval_dataset.items()}
     elif eval_dataset is not None:
         eval_dataset = usable_trajectories(eval_dataset, collator, "eval")
+    if length_column is not None:
+        train_dataset = with_packed_lengths(train_dataset, collator, length_column)
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {k: with_packed_lengths(v, collator, length_column) for k, v in eval_dataset.items()}
+        elif eval_dataset is not None:
+            eval_dataset = with_packed_lengths(eval_dataset, collator, length_column)
     return train_dataset, eval_dataset, trained_block_size
 
 

@@ -33,6 +33,7 @@ from .frozen_base import prepare_frozen_base
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
 from .run_record import recipe_markdown, training_record
+from .sampling import LENGTH_STRATEGIES, LengthGroupedEpochSampler
 from .stopping import StopAfterSteps
 
 
@@ -94,8 +95,9 @@ class JacobiForcingTrainer(SFTTrainer):
                 f"data_collator must be a JacobiForcingCollator (the losses index the packed layout it builds), got "
                 f"{type(data_collator).__name__}; pass None to build one from args."
             )
+        lengths = args.length_column_name if args.train_sampling_strategy in LENGTH_STRATEGIES else None
         train_dataset, eval_dataset, trained_block_size = training_datasets(
-            train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight
+            train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight, lengths
         )
         if args.stop_after_steps is not None:
             callbacks = [*(callbacks or []), StopAfterSteps(args.stop_after_steps)]
@@ -118,6 +120,16 @@ class JacobiForcingTrainer(SFTTrainer):
         if args.base_kl_weight > 0 and not isinstance(self.model, PeftModel):
             self._frozen_base = prepare_frozen_base(self.model, self.accelerator)
         self._trained_block_size = trained_block_size
+
+    def _get_train_sampler(self, train_dataset: datasets.Dataset | None = None):
+        """`group_by_length` on the packed lengths, in an order drawn from (seed, epoch) (`LengthGroupedEpochSampler`:
+        a run resumed mid-epoch skips the batches it trained); any other strategy as Trainer has it."""
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.args.train_sampling_strategy != "group_by_length":
+            return super()._get_train_sampler(train_dataset)
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        return LengthGroupedEpochSampler(dataset[self.args.length_column_name], batch, seed)
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, LossItems]:
         """The micro-batches of one optimizer step, and the items both losses are divided by, counted over all of them
