@@ -11,7 +11,7 @@ import torch
 from hf_jacobi import JacobiForcingCollator, JacobiForcingTrainer
 from hf_jacobi.training.dataset import with_anchor_texts
 from hf_jacobi.training.sampling import LengthGroupedEpochSampler, packed_lengths, with_packed_lengths
-from test_training import Interrupt, config, trajectories  # noqa: F401  (trajectories is a fixture)
+from test_training import assert_resume_matches_uninterrupted, config, trajectories  # noqa: F401  (trajectories is a fixture)
 from tiny_models import PAD, fresh_tiny_model, tiny_tokenizer
 
 
@@ -80,18 +80,7 @@ def test_a_run_resumed_mid_epoch_reads_the_batches_an_uninterrupted_run_reads(tm
     that epoch's order from the global random state, which the resumed run has not advanced through the first)."""
     settings = dict(max_steps=12, save_strategy="steps", save_steps=10, noise_schedule="random")
 
-    def run(folder, callbacks=(), resume=None):
-        trainer = _trainer(folder, trajectories, "group_by_length", **settings)
-        for callback in callbacks:
-            trainer.add_callback(callback)
-        trainer.train(resume_from_checkpoint=resume)
-        return trainer
+    def make(folder):
+        return _trainer(folder, trajectories, "group_by_length", **settings)
 
-    whole = run(tmp_path / "whole")
-    run(tmp_path / "split", callbacks=[Interrupt(at_step=10)])
-    resumed = run(tmp_path / "split", resume=str(tmp_path / "split" / "checkpoint-10"))
-    losses = [e["loss"] for e in whole.state.log_history if "loss" in e]
-    resumed_losses = [e["loss"] for e in resumed.state.log_history if "loss" in e]
-    assert resumed_losses[-2:] == pytest.approx(losses[-2:], rel=1e-5)
-    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
-        torch.testing.assert_close(a, b, msg=name)
+    assert_resume_matches_uninterrupted(make, tmp_path, break_at=10, compared=2)

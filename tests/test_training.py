@@ -434,27 +434,38 @@ class Interrupt(TrainerCallback):
             control.should_training_stop = True
 
 
-def test_resuming_from_a_checkpoint_matches_an_uninterrupted_run(tmp_path, trajectories):
-    # 4 rows, batch 2: 2 steps per epoch; 6 steps span 3 epochs, each with fresh noisy views; the break is mid-epoch
+def assert_resume_matches_uninterrupted(make_trainer, tmp_path: Path, break_at: int, compared: int) -> None:
+    """Trains `make_trainer(folder)` whole, then interrupted after step `break_at` and resumed from that step's
+    checkpoint: the last `compared` logged losses and the final weights must be the uninterrupted run's."""
+
     def run(folder, callbacks=(), resume=None):
-        trainer = JacobiForcingTrainer(
-            fresh_tiny_model("llama"),
-            args=config(folder, max_steps=6, save_strategy="steps", save_steps=3, noise_schedule="random"),
-            train_dataset=trajectories,
-            processing_class=tiny_tokenizer(),
-            callbacks=list(callbacks),
-        )
+        trainer = make_trainer(folder)
+        for callback in callbacks:
+            trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=resume)
         return trainer
 
     whole = run(tmp_path / "whole")
-    run(tmp_path / "split", callbacks=[Interrupt(at_step=3)])
-    resumed = run(tmp_path / "split", resume=str(tmp_path / "split" / "checkpoint-3"))
+    run(tmp_path / "split", callbacks=[Interrupt(at_step=break_at)])
+    resumed = run(tmp_path / "split", resume=str(tmp_path / "split" / f"checkpoint-{break_at}"))
     losses = [e["loss"] for e in whole.state.log_history if "loss" in e]
     resumed_losses = [e["loss"] for e in resumed.state.log_history if "loss" in e]
-    assert resumed_losses[-3:] == pytest.approx(losses[-3:], rel=1e-5)
+    assert resumed_losses[-compared:] == pytest.approx(losses[-compared:], rel=1e-5)
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, msg=name)
+
+
+def test_resuming_from_a_checkpoint_matches_an_uninterrupted_run(tmp_path, trajectories):
+    # 4 rows, batch 2: 2 steps per epoch; 6 steps span 3 epochs, each with fresh noisy views; the break is mid-epoch
+    def make(folder):
+        return JacobiForcingTrainer(
+            fresh_tiny_model("llama"),
+            args=config(folder, max_steps=6, save_strategy="steps", save_steps=3, noise_schedule="random"),
+            train_dataset=trajectories,
+            processing_class=tiny_tokenizer(),
+        )
+
+    assert_resume_matches_uninterrupted(make, tmp_path, break_at=3, compared=3)
 
 
 def test_stop_after_steps_ends_a_run_inside_its_schedule_and_a_resume_past_it_trains_nothing(
