@@ -84,3 +84,16 @@ def test_a_run_resumed_mid_epoch_reads_the_batches_an_uninterrupted_run_reads(tm
         return _trainer(folder, trajectories, "group_by_length", **settings)
 
     assert_resume_matches_uninterrupted(make, tmp_path, break_at=10, compared=2)
+
+
+def test_evaluation_reads_length_grouped_batches_too(tmp_path, trajectories):  # noqa: F811
+    """transformers groups evaluation batches by the same column; without it, it would look for `input_ids`."""
+    trainer = JacobiForcingTrainer(
+        fresh_tiny_model("llama"),
+        args=config(tmp_path, train_sampling_strategy="group_by_length", per_device_eval_batch_size=2),
+        train_dataset=trajectories,
+        eval_dataset={"held": trajectories},
+        processing_class=tiny_tokenizer(),
+    )
+    assert trainer.evaluate()["eval_held_loss"] > 0
+    assert trainer.eval_dataset["held"]["length"] == packed_lengths(trajectories, trainer.data_collator)
