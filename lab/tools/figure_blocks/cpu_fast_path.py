@@ -149,4 +149,3 @@ def campaign_padding(page: Page) -> str:
         f"{report['trajectories']:,} prompts that hold a block, {report['anchor_texts']:,} anchor texts), {report['real_tokens']:,} tokens of their own: grouped batches run "
         f"{report['random_over_grouped']:.2f}x fewer token-forwards an epoch. File: {page.ref(PADDING)}."
     )
-
