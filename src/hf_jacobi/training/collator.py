@@ -178,6 +178,13 @@ class JacobiForcingCollator:
             return num_blocks
         return max(0, min(num_blocks, (self.max_length - prompt_len) // (2 * block_size)))
 
+    def packed_length(self, prompt_len: int, block_size: int, num_blocks: int, anchor_text: bool = False) -> int:
+        """The length `pack` gives a row: an anchor text cut at max_length, else the prompt and a noisy and a clean
+        copy of each block that fits (a sampler reads it to group rows without packing them)."""
+        if anchor_text:
+            return min(prompt_len, self.max_length) if self.max_length else prompt_len
+        return prompt_len + 2 * block_size * self.blocks_that_fit(prompt_len, block_size, num_blocks)
+
     def pack(self, example: dict[str, Any]) -> PackedSequence:
         if example.get(ANCHOR_TEXT, False):
             return pack_anchor_text(example["prompt_ids"][: self.max_length])

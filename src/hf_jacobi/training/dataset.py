@@ -112,17 +112,15 @@ def training_datasets(
                 f"base_kl_weight > 0 or leave the {len(anchor_dataset)} anchor texts out."
             )
         train_dataset = with_anchor_texts(train_dataset, anchor_dataset)
+
+    def lengths(dataset: datasets.Dataset) -> datasets.Dataset:
+        return with_packed_lengths(dataset, collator, length_column) if length_column is not None else dataset
+
     if isinstance(eval_dataset, dict):
-        eval_dataset = {k: usable_trajectories(v, collator, k) for k, v in eval_dataset.items()}
+        eval_dataset = {k: lengths(usable_trajectories(v, collator, k)) for k, v in eval_dataset.items()}
     elif eval_dataset is not None:
-        eval_dataset = usable_trajectories(eval_dataset, collator, "eval")
-    if length_column is not None:
-        train_dataset = with_packed_lengths(train_dataset, collator, length_column)
-        if isinstance(eval_dataset, dict):
-            eval_dataset = {k: with_packed_lengths(v, collator, length_column) for k, v in eval_dataset.items()}
-        elif eval_dataset is not None:
-            eval_dataset = with_packed_lengths(eval_dataset, collator, length_column)
-    return train_dataset, eval_dataset, trained_block_size
+        eval_dataset = lengths(usable_trajectories(eval_dataset, collator, "eval"))
+    return lengths(train_dataset), eval_dataset, trained_block_size
 
 
 def pad_token_id(processing_class: Any, pad_token: str | None = None) -> int:

@@ -29,20 +29,15 @@ LENGTH_STRATEGIES = ("group_by_length", "batch_rebalance")
 
 
 def packed_lengths(dataset: datasets.Dataset, collator: JacobiForcingCollator) -> list[int]:
-    """The length of every row as the collator packs it (its prompt, then a noisy and a clean copy of each block that
-    fits in max_length; an anchor text alone, cut at max_length), read from the list lengths without the states."""
+    """The length of every row as the collator packs it (`JacobiForcingCollator.packed_length`), read from the list
+    lengths without the states."""
     table = dataset.with_format("arrow")[:]
     prompts = pc.list_value_length(table.column("prompt_ids")).to_pylist()
     blocks = pc.list_value_length(table.column("fixed_points")).to_pylist()
     sizes = table.column("block_size").to_pylist()
     anchor = table.column(ANCHOR_TEXT).to_pylist() if ANCHOR_TEXT in table.column_names else [False] * len(prompts)
-    lengths = []
-    for prompt, count, n, is_text in zip(prompts, blocks, sizes, anchor, strict=True):
-        if is_text:
-            lengths.append(min(prompt, collator.max_length) if collator.max_length else prompt)
-        else:
-            lengths.append(prompt + 2 * n * collator.blocks_that_fit(prompt, n, count))
-    return lengths
+    rows = zip(prompts, sizes, blocks, anchor, strict=True)
+    return [collator.packed_length(prompt, n, count, is_text) for prompt, n, count, is_text in rows]
 
 
 def with_packed_lengths(dataset: datasets.Dataset, collator: JacobiForcingCollator, column: str) -> datasets.Dataset:
@@ -54,7 +49,7 @@ def with_packed_lengths(dataset: datasets.Dataset, collator: JacobiForcingCollat
 
 
 class LengthGroupedEpochSampler(Sampler[int]):
-    """transformers' length-grouped order (shuffled, then sorted by length within mega-batches of 50 batches, the
+    """transformers' length-grouped order (shuffled, then sorted by length within mega-batches of up to 50 batches, the
     longest batch first so that a run fails on memory at once), drawn from (seed, epoch): the trainer calls `set_epoch`
     before each epoch, and the same seed gives the same order in every process and after a resume."""
 

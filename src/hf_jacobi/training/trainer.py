@@ -123,10 +123,10 @@ class JacobiForcingTrainer(SFTTrainer):
 
     def _get_train_sampler(self, train_dataset: datasets.Dataset | None = None):
         """`group_by_length` on the packed lengths, in an order drawn from (seed, epoch) (`LengthGroupedEpochSampler`:
-        a run resumed mid-epoch skips the batches it trained); any other strategy as Trainer has it."""
-        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        a run resumed in any epoch skips the batches it trained); any other strategy as Trainer has it."""
         if self.args.train_sampling_strategy != "group_by_length":
             return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
         return LengthGroupedEpochSampler(dataset[self.args.length_column_name], batch, seed)
