@@ -48,6 +48,7 @@ def _tiny_campaign(tmp_path: Path, train: int):
     data, runs = tmp_path / "data", tmp_path / "runs"
     _prompt_set(data / "prompts.parquet", train=train, judge=2)
     common = ["--data-dir", str(data), "--runs-dir", str(runs), "--model", str(model), "--tiny"]
+    common += ["--results-dir", str(tmp_path / "results")]
     return _script(), common, data, runs
 
 
@@ -93,6 +94,8 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     assert script.main([*common, "train", "--trajectories", "8", "--minutes", "0"]) == 0
     committed = sorted((data / "checkpoints" / "lora-r16-n8").glob("checkpoint-*"))
     assert [p.name for p in committed] == ["checkpoint-1"] and (committed[0] / "optimizer.pt").is_file()
+    assert (runs / "lora-r16-n8" / "checkpoint-1" / "custom_generate").is_dir()
+    assert not (committed[0] / "custom_generate").exists()  # a copy of the decoding code: resuming never reads it
     shutil.rmtree(runs / "lora-r16-n8")
     capsys.readouterr()
     assert script.main([*common, "train", "--trajectories", "8"]) == 0
@@ -104,7 +107,15 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
 
     assert script.main([*common, "judge", "--run", "lora-r16-n8", "--batch-size", "4"]) == 0
     assert (data / "judged" / "base" / "quality.json").is_file()
+    humaneval = json.loads((data / "judged" / "lora-r16-n8" / "evaluate-humaneval.json").read_text())
+    assert [s["settings"]["block_size"] for s in humaneval["trained"]["settings"]] == [8, 8]
     assert "lora-r16-n8" in (data / "judged" / "judged.md").read_text()
+    curve = json.loads((tmp_path / "results" / "scaling.json").read_text())
+    assert [(p["name"], p["prompts"]) for p in curve["points"]] == [("base", 0), ("lora-r16-n8", 8)]
+    trained = curve["points"][1]
+    assert all(trained["tokens_per_forward"][key] >= 1.0 for key in curve["targets"]) and trained["lossless"]
+    assert trained["judge_loops"][1] == 2 and trained["canonical_nll_vs_base"] > 0
+    assert (tmp_path / "results" / "scaling.png").stat().st_size > 0
     assert script.main([*common, "status"]) == 0
     status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert status["rows"] == 8 and status["judged"] == ["base", "lora-r16-n8"]

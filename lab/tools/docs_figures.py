@@ -39,6 +39,7 @@ if TOOLS not in sys.path:
 
 # importing a block module registers its blocks
 from figure_blocks import (  # noqa: E402, F401
+    campaign_cpu,
     cpu_bench,
     cpu_fast_path,
     gpu_bench,

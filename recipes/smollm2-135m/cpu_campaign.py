@@ -70,6 +70,8 @@ class Layout:
 
     data: Path = ROOT / "data" / "campaign-cpu"
     runs: Path = ROOT.parents[1] / "runs" / "cpu-campaign"
+    results: Path = ROOT.parents[1] / "docs" / "results" / "campaign-cpu"
+    """Where the scaling curve (`scaling.json`, `.md`, `.png`) goes: the figures the docs render."""
     model: str = "embedded"
     tiny: bool = False
     """A tiny checkpoint and toy sizes: the rehearsal the test suite runs."""
@@ -270,13 +272,16 @@ def train(args: argparse.Namespace) -> int:
         shutil.rmtree(committed, ignore_errors=True)
     elif args.commit_checkpoint and (newest := _newest_checkpoint(run)) is not None:
         shutil.rmtree(committed, ignore_errors=True)
-        shutil.copytree(newest, committed / newest.name)
+        # custom_generate/ is a copy of the decoding code that every save writes again: resuming never reads it
+        shutil.copytree(newest, committed / newest.name, ignore=shutil.ignore_patterns("custom_generate"))
     return code
 
 
 def judge(args: argparse.Namespace) -> int:
     """`hf-jacobi quality` of the base (once) and of `--run`'s final adapter on the judging requests, `requests`
-    and `code-tasks`, with held-out tokens per forward; results in the data folder's `judged/`, with `judged.md`."""
+    and `code-tasks`, with held-out tokens per forward, then `hf-jacobi evaluate` on HumanEval problems (block 8);
+    results in the data folder's `judged/`, with `judged.md`, and the scaling curve in the results folder. Each part
+    is skipped where its file exists, so a judge cut short resumes at the part it was in."""
     layout = args.layout
     from campaign import judging
     from campaign.lowrank import ADAPTER_FILE
@@ -293,21 +298,34 @@ def judge(args: argparse.Namespace) -> int:
     base = layout.judged / "base"
     if not (base / "quality.json").is_file():
         cli_main(settings.arguments(model, judge_file, base))
-    weights = layout.adapters / args.run
+    weights, output = layout.adapters / args.run, layout.judged / args.run
     if not (weights / ADAPTER_FILE).is_file():
         raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
-    arguments = settings.arguments(model, judge_file, layout.judged / args.run)
-    cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
-    runs = sorted(p.name for p in layout.judged.iterdir() if p.is_dir() and p.name != "base")
-    rows = judging.read_judged([base, *(layout.judged / r for r in runs)], runs)
-    (layout.judged / "judged.md").write_text(judging.markdown(rows, {}))
+    if not (output / "quality.json").is_file():
+        arguments = settings.arguments(model, judge_file, output)
+        cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
+    if not (output / judging.HUMANEVAL_FILE).is_file():
+        cli_main(settings.humaneval_arguments(model, weights, output))
+    write_judged(layout)
     return 0
+
+
+def write_judged(layout: Layout) -> None:
+    """judged.md over every judged run, and the scaling curve in the results folder (`campaign/scaling.py`)."""
+    from campaign import judging, scaling
+
+    runs = sorted(p.name for p in layout.judged.iterdir() if p.is_dir() and p.name != "base")
+    rows = judging.read_judged([layout.judged / "base", *(layout.judged / r for r in runs)], runs)
+    (layout.judged / "judged.md").write_text(judging.markdown(rows, {}))
+    scaling.write_curve(rows, layout.results)
 
 
 SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_MINUTES = 45.0
-"""A judge is started only with this much of the sitting left (it does not resume: it takes ~20 minutes here)."""
+"""A judge's quality part is started only with this much of the sitting left (it does not resume: it takes ~40
+minutes a model here, the base's ~40 more the first time); its HumanEval part takes a few minutes."""
+HUMANEVAL_MINUTES = 10.0
 
 
 def plan_steps(total: int, tiny: bool) -> list[tuple[str, str | None, int]]:
@@ -326,7 +344,16 @@ def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
         return layout.order.is_file() and _first_collected(layout, n)
     if stage == "train":
         return (layout.adapters / f"{name}-n{n}" / "adapter_model.safetensors").is_file()
-    return (layout.judged / str(name) / "quality.json").is_file()
+    from campaign.judging import HUMANEVAL_FILE
+
+    return all((layout.judged / str(name) / file).is_file() for file in ("quality.json", HUMANEVAL_FILE))
+
+
+def _minutes_needed(layout: Layout, stage: str, name: str | None) -> float:
+    """The least time left at which `stage` is started (a judge whose quality part is done needs only HumanEval)."""
+    if stage != "judge" or layout.tiny:
+        return 0.0
+    return HUMANEVAL_MINUTES if (layout.judged / str(name) / "quality.json").is_file() else JUDGE_MINUTES
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -343,7 +370,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if _done(layout, stage, name, n):
             continue
         left = (deadline - time.monotonic()) / 60
-        if left <= 0 or (stage == "judge" and left < JUDGE_MINUTES and not layout.tiny):
+        if left <= 0 or left < _minutes_needed(layout, stage, name):
             print(f"[cpu-campaign] stopping before {stage} {name or ''} {n}: {left:.0f} minutes left", flush=True)
             return 0
         minutes = None if left == float("inf") else left
@@ -410,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=None, help="the committed folder (default data/campaign-cpu)")
     parser.add_argument("--runs-dir", type=Path, default=None, help="the ignored folder (default runs/cpu-campaign)")
+    parser.add_argument(
+        "--results-dir", type=Path, default=None, help="the scaling curve's folder (default docs/results/campaign-cpu)"
+    )
     parser.add_argument("--model", default="embedded", help="the base model (default: the embedded SmolLM2-135M)")
     parser.add_argument("--tiny", action="store_true", help="toy sizes for a tiny --model: the suite's rehearsal")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -457,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             "extra": [],
         }
     args.layout = Layout(
-        **{k: v for k, v in (("data", args.data_dir), ("runs", args.runs_dir)) if v is not None},
+        **{k: v for k, v in (("data", args.data_dir), ("runs", args.runs_dir), ("results", args.results_dir)) if v},
         model=args.model,
         tiny=args.tiny,
     )

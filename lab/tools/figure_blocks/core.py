@@ -26,8 +26,11 @@ class Page:
         text = text or path.rsplit("/", 1)[-1]
         if self.path.parts[0] == "model_cards":
             return f"`docs/results/{path}`"
-        prefix = "docs/results" if len(self.path.parts) == 1 else "results"
-        return f"[{text}]({prefix}/{path})"
+        return f"[{text}]({self.url(path)})"
+
+    def url(self, path: str) -> str:
+        """The relative address of docs/results/<path> from this page (a link's or an image's target)."""
+        return f"{'docs/results' if len(self.path.parts) == 1 else 'results'}/{path}"
 
 
 BLOCKS: dict[str, Callable[[Page], str]] = {}

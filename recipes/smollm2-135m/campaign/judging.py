@@ -18,6 +18,14 @@ from typing import Any
 
 QUALITY_SETS = ("requests", "code-tasks")
 TINY_QUALITY = ["--num-prompts", "2", "--num-speed-prompts", "2", "--max-new-tokens", "16", "--batch-size", "4"]
+HUMANEVAL_GATE = ["--prompts", "humaneval", "--num_prompts", "16", "--settings", "plain", "recycling"]
+HUMANEVAL_GATE += ["--block_size", "8", "--max_new_tokens", "128", "--batch_size", "8", "--humaneval_nll", "true"]
+"""`hf-jacobi evaluate` as the shipped adapter's HumanEval figures were taken (the recipe's Makefile HUMANEVAL_GATE):
+the first 16 problems as chat turns, block 8, plain and with recycling, and the NLL of the 164 canonical solutions."""
+TINY_HUMANEVAL = ["--num_prompts", "2", "--max_new_tokens", "16"]
+HUMANEVAL_FILE = "evaluate-humaneval.json"
+HUMANEVAL_SETTINGS = {"plain": "humaneval-b8-plain", "recycling": "humaneval-b8-recycling"}
+"""The HumanEval settings' names beside quality's own speed settings (`plain`, `both`: `packages`, block 16)."""
 
 
 @dataclass
@@ -35,6 +43,13 @@ class JudgeSettings:
         arguments += ["--model", model] if model is not None else []
         return arguments + (TINY_QUALITY if self.tiny else [])
 
+    def humaneval_arguments(self, model: str | None, adapter: Path, output: Path) -> list[str]:
+        """`hf-jacobi evaluate` of the base and `adapter` on HumanEval problems, into `output`/HUMANEVAL_FILE."""
+        arguments = ["evaluate", *HUMANEVAL_GATE, "--adapter", str(adapter), "--dtype", self.dtype]
+        arguments += ["--output_file", str(output / HUMANEVAL_FILE)]
+        arguments += ["--model_name_or_path", model] if model is not None else []
+        return arguments + (TINY_HUMANEVAL if self.tiny else [])
+
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (95% for z = 1.96); (0, 1) without trials."""
@@ -51,8 +66,11 @@ def _set_label(name: str) -> str:
     return "judge" if name.endswith(".parquet") else name
 
 
-def model_row(model: dict[str, Any], targets: dict[str, bool] | None) -> dict[str, Any]:
-    """One model's figures from a quality.json entry, with intervals, per-setting tokens per forward and bars met."""
+def model_row(
+    model: dict[str, Any], targets: dict[str, bool] | None, humaneval: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One model's figures from a quality.json entry, with intervals, per-setting tokens per forward and bars met;
+    `humaneval` (its side of an `hf-jacobi evaluate` report) adds the HumanEval settings and the canonical NLL."""
     sets = {}
     for name, figures in model["quality"].items():
         answers = figures["answers"]
@@ -69,6 +87,14 @@ def model_row(model: dict[str, Any], targets: dict[str, bool] | None) -> dict[st
             entry["code_wilson95"] = [round(x, 4) for x in wilson(figures["code_passed"], answers)]
         sets[_set_label(name)] = entry
     speed = {s["name"]: s["tokens_per_forward"] for s in model["speed"]}
+    lossless = [s.get("identical_to_greedy", True) for s in model["speed"]]
+    nll = None
+    if humaneval is not None:
+        for setting in humaneval["settings"]:
+            name = HUMANEVAL_SETTINGS.get(setting["name"], f"humaneval-{setting['name']}")
+            speed[name] = setting["tokens_per_forward"]
+            lossless.append(setting["identical_to_greedy"])
+        nll = humaneval.get("humaneval_canonical_nll_vs_base", 1.0 if targets is None else None)
     bars = (
         None
         if targets is None
@@ -78,15 +104,17 @@ def model_row(model: dict[str, Any], targets: dict[str, bool] | None) -> dict[st
             "failed": sorted(name for name, ok in targets.items() if not ok),
         }
     )
-    identical = all(s.get("identical_to_greedy", True) for s in model["speed"])
-    return {"name": model["name"], "sets": sets, "tokens_per_forward": speed, "bars": bars, "lossless": identical}
+    row = {"name": model["name"], "sets": sets, "tokens_per_forward": speed, "bars": bars, "lossless": all(lossless)}
+    return row | {"canonical_nll_vs_base": nll}
 
 
 def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]]:
     """The base row and each variant's row, from whichever judges' folders finished (hold a quality.json): one judge
-    may have measured the base alone, one variant beside the base's figures, or several variants at once."""
+    may have measured the base alone, one variant beside the base's figures, or several variants at once. A folder
+    named for a variant may also hold its HumanEval evaluation (HUMANEVAL_FILE), whose base side is the base's."""
     models: dict[str, dict[str, Any]] = {}
     targets: dict[str, dict[str, bool]] = {}
+    humaneval: dict[str, dict[str, Any]] = {}
     for folder in folders:
         path = folder / "quality.json"
         if path.is_file():
@@ -94,8 +122,16 @@ def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]
             for model in results["models"]:
                 models.setdefault(model["name"], model)
             targets.update(results.get("targets_met", {}))
-    rows = [model_row(models["base"], None)] if "base" in models else []
-    return rows + [model_row(models[name], targets[name]) for name in variants if name in models and name in targets]
+        if (evaluated := folder / HUMANEVAL_FILE).is_file():
+            report = json.loads(evaluated.read_text())
+            humaneval[folder.name] = report["trained"]
+            humaneval.setdefault("base", report["base"])
+    rows = [model_row(models["base"], None, humaneval.get("base"))] if "base" in models else []
+    return rows + [
+        model_row(models[name], targets[name], humaneval.get(name))
+        for name in variants
+        if name in models and name in targets
+    ]
 
 
 def choose_winner(rows: list[dict[str, Any]], setting: str = "plain") -> tuple[str | None, str]:
@@ -146,15 +182,16 @@ def markdown(rows: list[dict[str, Any]], extra: dict[str, dict[str, Any]]) -> st
             )
     lines += [
         "",
-        "| model | tokens per forward | bars met | lossless | steps | weights judged |",
-        "|---|---|---|---|---:|---|",
+        "| model | tokens per forward | HumanEval canonical NLL (x base) | bars met | lossless | steps | weights judged |",
+        "|---|---|---:|---|---|---:|---|",
     ]
     for row in rows:
         speed = ", ".join(f"{k} {v:.3f}" for k, v in row["tokens_per_forward"].items())
         bars = "-" if row["bars"] is None else f"{row['bars']['met']}/{row['bars']['of']}"
         info = extra.get(row["name"], {})
+        nll = "-" if row.get("canonical_nll_vs_base") is None else f"{row['canonical_nll_vs_base']:.3f}x"
         lines.append(
-            f"| {row['name']} | {speed} | {bars} | {row['lossless']} | {info.get('steps', '-')} | "
+            f"| {row['name']} | {speed} | {nll} | {bars} | {row['lossless']} | {info.get('steps', '-')} | "
             f"{info.get('judged', '-')} |"
         )
     return "\n".join(lines) + "\n"

@@ -161,14 +161,14 @@ class JacobiForcingCollator:
 
     @classmethod
     def from_config(cls, args: JacobiForcingConfig, pad_token_id: int) -> JacobiForcingCollator:
-        """The collator a run with these settings uses; `data_seed`, when set, seeds the noise instead of `seed`."""
+        """The collator a run with these settings uses, its noise seeded by the run's `sampling_seed`."""
         return cls(
             pad_token_id=pad_token_id,
             noise_schedule=args.noise_schedule,
             noise_window=args.noise_window,
             max_length=args.max_length,
             prompt_ar_loss=args.prompt_ar_loss,
-            seed=args.data_seed if args.data_seed is not None else args.seed,
+            seed=args.sampling_seed,
             pad_to_multiple_of=args.pad_to_multiple_of,
         )
 

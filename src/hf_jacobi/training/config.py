@@ -133,3 +133,10 @@ class JacobiForcingConfig(SFTConfig):
                 "bf16=True needs an accelerator with bfloat16, and none is available here: set use_cpu=True "
                 "(--use_cpu true) for bfloat16 autocast on the CPU, or bf16=False (--bf16 false) to train in float32."
             )
+
+    @property
+    def sampling_seed(self) -> int:
+        """What seeds the run's data: the noise drawn for each row and the order of length-grouped batches.
+        `data_seed` when set, else `seed`, the rule transformers' Trainer applies to its own samplers, so that a
+        user who fixes `data_seed` to vary only the model's initialisation keeps the same data."""
+        return self.data_seed if self.data_seed is not None else self.seed

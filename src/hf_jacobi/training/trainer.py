@@ -127,9 +127,8 @@ class JacobiForcingTrainer(SFTTrainer):
         if self.args.train_sampling_strategy != "group_by_length":
             return super()._get_train_sampler(train_dataset)
         dataset = train_dataset if train_dataset is not None else self.train_dataset
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
-        return LengthGroupedEpochSampler(dataset[self.args.length_column_name], batch, seed)
+        return LengthGroupedEpochSampler(dataset[self.args.length_column_name], batch, self.args.sampling_seed)
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device) -> tuple[list, LossItems]:
         """The micro-batches of one optimizer step, and the items both losses are divided by, counted over all of them

@@ -1,0 +1,65 @@
+"""The CPU campaign (issue 62): its collection rate, the padding of its training batches, and the scaling curve of
+its judged runs (what `recipes/smollm2-135m/cpu_campaign.py` writes to docs/results/campaign-cpu/)."""
+
+from __future__ import annotations
+
+from .core import RESULTS, Page, block, load, markdown_table
+
+COLLECTION = "campaign-cpu/collection-methods-64.json"
+PADDING = "campaign-cpu/padding.json"
+
+
+@block("campaign-collection-rate")
+def campaign_collection_rate(page: Page) -> str:
+    """Both collection methods on the campaign's same 64 prompts in bfloat16, and the float32 check."""
+    stage = load(COLLECTION)["stages"]["trajectories"]
+    measured, check = stage["measured"], stage["float32_check"]
+    lines = [
+        "| method (bfloat16, one batch of 64, 128 tokens, block 16) | answer tokens | seconds | tokens/s |",
+        "|---|---:|---:|---:|",
+    ]
+    for method in ("sequential", "parallel"):
+        row = measured[method]
+        lines.append(f"| {method} | {row['tokens']:,} | {row['seconds']:.0f} | {row['tokens_per_s']:.1f} |")
+    par = check["parallel"]
+    return "\n".join(lines) + (
+        f"\n\nFloat32 check on {check['batch_size']} prompts: Jacobi answers identical to greedy "
+        f"{check['jacobi_answers_equal_greedy']}, argmax disagreements of the parallel method {par['disagreements']} "
+        f"(in bfloat16: {measured['parallel']['disagreements']} first-wrong tokens set to greedy's). "
+        f"File: {page.ref(COLLECTION)}."
+    )
+
+
+@block("campaign-padding")
+def campaign_padding(page: Page) -> str:
+    """The tokens a training epoch's batches pad to, random against length-grouped batches."""
+    report = load(PADDING)
+    lines = [
+        f"| batches of {report['batch_size']} rows ({report['accumulation']} a step) | tokens the forwards run over "
+        "| over the rows' own |",
+        "|---|---:|---:|",
+    ]
+    for name, label in (("random", "random (transformers' default)"), ("group_by_length", "grouped by length")):
+        row = report[name]
+        lines.append(f"| {label} | {row['padded_tokens']:,} | {row['padded_over_real']:.3f}x |")
+    return "\n".join(lines) + (
+        f"\n\n{report['rows']:,} rows ({report['rows'] - report['anchor_texts']:,} trajectories of the first "
+        f"{report['trajectories']:,} prompts that hold a block, {report['anchor_texts']:,} anchor texts), {report['real_tokens']:,} tokens of their own: grouped batches run "
+        f"{report['random_over_grouped']:.2f}x fewer token-forwards an epoch. File: {page.ref(PADDING)}."
+    )
+
+
+SCALING = "campaign-cpu/scaling"
+
+
+@block("campaign-scaling")
+def campaign_scaling(page: Page) -> str:
+    """The scaling curve as the judge step wrote it: its table (scaling.md) and its plot, so far as it has grown."""
+    curve = load(f"{SCALING}.json")
+    runs = [p for p in curve["points"] if p["variant"] != "base"]
+    sentence = (RESULTS / f"{SCALING}.md").read_text(encoding="utf-8").strip().splitlines()[-1]
+    return (
+        f"{markdown_table(f'{SCALING}.md')}\n\n{sentence} {len(runs)} run(s) judged so far.\n\n"
+        f"![the scaling curve]({page.url(f'{SCALING}.png')})\n\n"
+        f"Files: {page.ref(f'{SCALING}.json')}, {page.ref(f'{SCALING}.md')}, {page.ref(f'{SCALING}.png')}."
+    )

@@ -1,0 +1,96 @@
+"""The CPU campaign's judged rows and scaling curve (recipes/smollm2-135m/campaign/judging.py and scaling.py), from
+hand-made judge outputs: the HumanEval evaluation joins its run's row, and the curve marks what meets its target."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
+sys.path.insert(0, str(RECIPE))
+
+from campaign import judging, scaling  # noqa: E402
+
+
+def _quality(name: str, plain: float, both: float, collapsed: int) -> dict:
+    judged = {"answers": 400, "collapsed": collapsed, "distinct_3grams": 0.7, "base_nll": 0.6}
+    return {
+        "name": name,
+        "quality": {"judge.parquet": judged, "requests": {**judged, "answers": 48, "collapsed": 1}},
+        "speed": [
+            {"name": "plain", "tokens_per_forward": plain, "identical_to_greedy": True},
+            {"name": "both", "tokens_per_forward": both, "identical_to_greedy": True},
+        ],
+    }
+
+
+def _humaneval(base_plain: float, plain: float, identical: bool = True) -> dict:
+    def side(tpf: float) -> dict:
+        return {
+            "settings": [
+                {"name": "plain", "tokens_per_forward": tpf, "identical_to_greedy": identical},
+                {"name": "recycling", "tokens_per_forward": tpf * 2, "identical_to_greedy": True},
+            ]
+        }
+
+    return {"base": side(base_plain), "trained": side(plain) | {"humaneval_canonical_nll_vs_base": 0.99}}
+
+
+def _judged(tmp_path: Path) -> list[dict]:
+    """A base judge and two runs: n2000 meets every bar, n5000 misses one; only n2000 has its HumanEval file."""
+    folders = {name: tmp_path / name for name in ("base", "lora-r16-n2000", "lora-r16-n5000")}
+    for folder in folders.values():
+        folder.mkdir()
+    (folders["base"] / "quality.json").write_text(json.dumps({"models": [_quality("base", 1.07, 3.2, 40)]}))
+    for name, plain, met in (("lora-r16-n2000", 1.7, True), ("lora-r16-n5000", 2.1, False)):
+        results = {
+            "models": [_quality("base", 1.07, 3.2, 40), _quality(name, plain, 4.0, 42)],
+            "targets_met": {name: {"requests loops": True, "judge distinct": met}},
+        }
+        (folders[name] / "quality.json").write_text(json.dumps(results))
+    (folders["lora-r16-n2000"] / judging.HUMANEVAL_FILE).write_text(json.dumps(_humaneval(1.07, 1.2)))
+    return judging.read_judged(list(folders.values()), ["lora-r16-n2000", "lora-r16-n5000"])
+
+
+def test_humaneval_evaluation_joins_its_runs_row_and_gives_the_base_its_side(tmp_path):
+    base, first, second = _judged(tmp_path)
+    assert base["tokens_per_forward"] == {"plain": 1.07, "both": 3.2, "humaneval-b8-plain": 1.07,
+                                          "humaneval-b8-recycling": 2.14}  # fmt: skip
+    assert base["canonical_nll_vs_base"] == 1.0
+    assert first["tokens_per_forward"]["humaneval-b8-plain"] == 1.2 and first["canonical_nll_vs_base"] == 0.99
+    assert "humaneval-b8-plain" not in second["tokens_per_forward"] and second["canonical_nll_vs_base"] is None
+    assert "0.990x" in judging.markdown([base, first, second], {})
+
+
+def test_a_humaneval_output_that_differs_from_greedy_makes_the_row_lossy(tmp_path):
+    rows = _judged(tmp_path)
+    assert rows[1]["lossless"]
+    (tmp_path / "lora-r16-n2000" / judging.HUMANEVAL_FILE).write_text(json.dumps(_humaneval(1.07, 1.2, False)))
+    assert not judging.read_judged([tmp_path / "lora-r16-n2000"], ["lora-r16-n2000"])[1]["lossless"]
+
+
+def test_scaling_curve_orders_runs_by_prompts_and_bolds_only_targets_met(tmp_path):
+    curve = scaling.write_curve(_judged(tmp_path), tmp_path / "results")
+    points = {p["name"]: p for p in curve["points"]}
+    assert [(p["variant"], p["prompts"]) for p in curve["points"]] == [
+        ("base", 0),
+        ("lora-r16", 2000),
+        ("lora-r16", 5000),
+    ]
+    assert points["lora-r16-n2000"]["judge_loops"] == [42, 400]
+    assert points["lora-r16-n5000"]["tokens_per_forward"]["humaneval-b8-plain"] is None
+    table = (tmp_path / "results" / "scaling.md").read_text()
+    assert "| lora-r16-n2000 | 2,000 | 2/2 | 42/400 | **1.700** | 4.000 | 1.200 | 0.990x | True |" in table
+    assert "| lora-r16-n5000 | 5,000 | 1/2 (not: judge distinct) | 42/400 | **2.100** | 4.000 | - | - |" in table
+    assert "| base | 0 | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.000x | True |" in table  # the base meets nothing
+    assert json.loads((tmp_path / "results" / "scaling.json").read_text()) == curve
+    assert (tmp_path / "results" / "scaling.png").stat().st_size > 0
+
+
+def test_run_names_must_carry_their_prompt_count():
+    assert scaling.run_size("lora-r64-n9999") == ("lora-r64", 9999)
+    with pytest.raises(ValueError, match="'lora-r16' is not <variant>-n<prompts>"):
+        scaling.run_size("lora-r16")
