@@ -94,3 +94,16 @@ def test_run_names_must_carry_their_prompt_count():
     assert scaling.run_size("lora-r64-n9999") == ("lora-r64", 9999)
     with pytest.raises(ValueError, match="'lora-r16' is not <variant>-n<prompts>"):
         scaling.run_size("lora-r16")
+
+
+def test_the_shipped_adapter_is_the_reference_point_from_its_committed_files(tmp_path):
+    shipped = scaling.shipped_point()
+    assert shipped["tokens_per_forward"]["plain"] == pytest.approx(1.2089, abs=1e-4)
+    assert shipped["tokens_per_forward"]["humaneval-b8-plain"] == pytest.approx(1.1981, abs=1e-4)
+    assert shipped["bars"] == {"met": 7, "of": 7, "failed": []} and shipped["judge_loops"] is None
+    curve = scaling.write_curve(_judged(tmp_path), tmp_path / "results", shipped)
+    assert [p["name"] for p in curve["points"]] == ["base", "lora-r16-n2000", "lora-r16-n5000"]
+    table = (tmp_path / "results" / "scaling.md").read_text()
+    assert "| shipped | 2,024 | 7/7 | - | 1.209 |" in table and "never judged on the judging requests" in table
+    missing = {**scaling.SHIPPED, "humaneval": tmp_path / "absent.json"}
+    assert scaling.shipped_point(missing) is None
