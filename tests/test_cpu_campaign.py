@@ -103,6 +103,8 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     state = json.loads((runs / "lora-r16-n8" / "trainer_state.json").read_text())
     assert state["global_step"] > 1 and state["epoch"] == pytest.approx(1.0)
     assert (data / "adapters" / "lora-r16-n8" / "adapter_model.safetensors").is_file()
+    kept = json.loads((data / "adapters" / "lora-r16-n8" / "trainer_state.json").read_text())
+    assert kept["global_step"] == state["global_step"]  # the run's log history travels with its weights
     assert not (data / "checkpoints" / "lora-r16-n8").exists()  # a finished run needs no resume checkpoint
 
     assert script.main([*common, "judge", "--run", "lora-r16-n8", "--batch-size", "4"]) == 0

@@ -269,6 +269,9 @@ def train(args: argparse.Namespace) -> int:
     code = training.run_variant(arguments, deadline, save_every=SAVE_EVERY_S)
     if _finished(run):  # the epoch ended: the adapter is what later stages need, not a checkpoint
         to_bfloat16(run, layout.adapters / name)
+        for record in ("trainer_state.json", "jacobi_forcing_training.json"):  # its log and settings, beside it
+            if (run / record).is_file():
+                shutil.copy(run / record, layout.adapters / name / record)
         shutil.rmtree(committed, ignore_errors=True)
     elif args.commit_checkpoint and (newest := _newest_checkpoint(run)) is not None:
         shutil.rmtree(committed, ignore_errors=True)
