@@ -107,3 +107,14 @@ def test_the_shipped_adapter_is_the_reference_point_from_its_committed_files(tmp
     assert "| shipped | 2,024 | 7/7 | - | 1.209 |" in table and "never judged on the judging requests" in table
     missing = {**scaling.SHIPPED, "humaneval": tmp_path / "absent.json"}
     assert scaling.shipped_point(missing) is None
+
+
+def test_a_shipped_adapter_judged_by_the_campaign_is_the_reference_with_its_judging_requests(tmp_path):
+    rows = _judged(tmp_path)
+    shipped = {**rows[1], "name": "shipped", "bars": {"met": 10, "of": 10, "failed": []}}
+    curve = scaling.scaling_points([*rows, shipped], reference=scaling.shipped_point())
+    assert [p["name"] for p in curve["points"]] == ["base", "lora-r16-n2000", "lora-r16-n5000"]
+    reference = curve["reference"]
+    assert reference["prompts"] == 2024 and reference["judge_loops"] == [42, 400]  # the judged one, not the files'
+    table = scaling.markdown(curve)
+    assert "| shipped | 2,024 | 10/10 | 42/400 |" in table and "never judged" not in table

@@ -142,6 +142,9 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
         ("train", "lora-r64", 6),
         ("judge", "lora-r64-n6", 6),
     ]
+    full = script.plan_steps(9999, tiny=False)
+    assert full[:4] == [("collect", None, 2000), ("train", "lora-r16", 2000), ("judge", "lora-r16-n2000", 2000),
+                        ("judge", "shipped", 0)]  # fmt: skip
     assert script.main([*common, "run", "--minutes", "0", "--dtype", "float32"]) == 0
     assert "stopping before collect" in capsys.readouterr().out and not (data / "trajectories").exists()
     assert script.main([*common, "run", "--dtype", "float32", "--batch-size", "2"]) == 0

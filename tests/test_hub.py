@@ -107,9 +107,32 @@ def test_card_says_what_a_user_needs(tmp_path):
     ):
         assert expected in text, expected
     adapter = str(render_model_card(CardInfo(repo_id=REPO, base_model="org/base", adapter=True)))
-    assert 'PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("org/base"), "acme/tiny-jacobi")' in adapter
+    assert 'base_model = "org/base"' in adapter
+    assert 'PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model), "acme/tiny-jacobi")' in adapter
     assert "Not measured for this checkpoint yet" in adapter
     assert "library_name: peft" in adapter
+
+
+@pytest.mark.parametrize("adapter", [True, False])
+def test_the_cards_code_is_as_ruff_formats_it_whatever_the_names(adapter):
+    """Cards land in the repository (the CPU campaign commits each finished run's) and `ruff format --check .`, part of
+    the test command, formats the Python blocks of Markdown files: a card's code must not depend on its names'
+    lengths to pass."""
+    long_path = "/root/.cache/hf_jacobi/smollm2-135m-instruct"
+    card = str(
+        render_model_card(CardInfo(repo_id="lora-r16-n2000-" + "x" * 40, base_model=long_path, adapter=adapter))
+    )
+    blocks = [block.split("\n", 1)[1] for block in card.split("```python")[1:]]
+    assert blocks
+    for block in blocks:
+        code = block.split("```", 1)[0]
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", "format", "--diff", "--stdin-filename", "card.py", "-"],
+            input=code,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stdout
 
 
 def test_dry_run_renders_a_complete_folder_without_touching_the_source(tmp_path):

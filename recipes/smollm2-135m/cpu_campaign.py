@@ -302,6 +302,8 @@ def judge(args: argparse.Namespace) -> int:
     if not (base / "quality.json").is_file():
         cli_main(settings.arguments(model, judge_file, base))
     weights, output = layout.adapters / args.run, layout.judged / args.run
+    if args.run == SHIPPED_RUN:
+        from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS as weights
     if not (weights / ADAPTER_FILE).is_file():
         raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
     if not (output / "quality.json").is_file():
@@ -323,6 +325,9 @@ def write_judged(layout: Layout) -> None:
     scaling.write_curve(rows, layout.results, None if layout.tiny else scaling.shipped_point())
 
 
+SHIPPED_RUN = "shipped"
+"""`judge --run shipped` judges the adapter the package ships by the campaign's protocol: the reference every run has
+to beat, which was never judged on the campaign's judging requests."""
 SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_MINUTES = 45.0
@@ -339,6 +344,10 @@ def plan_steps(total: int, tiny: bool) -> list[tuple[str, str | None, int]]:
     for variant, sizes in (("lora-r16", points), ("lora-r64", [total])):
         for n in sizes:
             steps += [("collect", None, n), ("train", variant, n), ("judge", f"{variant}-n{n}", n)]
+            if (
+                not tiny and len(steps) == 3
+            ):  # the shipped adapter beside the first point (a tiny model cannot load it)
+                steps.append(("judge", SHIPPED_RUN, 0))
     return list(dict.fromkeys(steps))  # the full set is collected once
 
 
