@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
 sys.path.insert(0, str(RECIPE))
@@ -131,16 +132,18 @@ def _rows(data: Path) -> list[dict]:
 
 @pytest.mark.integration
 def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tmp_path, capsys):
-    script, common, data, _ = _tiny_campaign(tmp_path, train=6)
+    script, common, data, runs = _tiny_campaign(tmp_path, train=6)
     assert script.plan_steps(6, tiny=True) == [
         ("collect", None, 4),
         ("train", "lora-r16", 4),
         ("judge", "lora-r16-n4", 4),
+        ("train", "lora-r16-clean", 4),
+        ("judge", "lora-r16-clean-n4", 4),
         ("collect", None, 6),
-        ("train", "lora-r16", 6),
-        ("judge", "lora-r16-n6", 6),
-        ("train", "lora-r64", 6),
-        ("judge", "lora-r64-n6", 6),
+        ("train", "lora-r16-clean", 6),
+        ("judge", "lora-r16-clean-n6", 6),
+        ("train", "lora-r64-clean", 6),
+        ("judge", "lora-r64-clean-n6", 6),
     ]
     full = script.plan_steps(9999, tiny=False)
     assert full[:4] == [("collect", None, 2000), ("train", "lora-r16", 2000), ("judge", "lora-r16-n2000", 2000),
@@ -149,9 +152,16 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
     assert "stopping before collect" in capsys.readouterr().out and not (data / "trajectories").exists()
     assert script.main([*common, "run", "--dtype", "float32", "--batch-size", "2"]) == 0
     assert "every step is done" in capsys.readouterr().out
-    assert sorted(p.name for p in (data / "adapters").iterdir()) == ["lora-r16-n4", "lora-r16-n6", "lora-r64-n6"]
+    runs = ["lora-r16-clean-n4", "lora-r16-clean-n6", "lora-r16-n4", "lora-r64-clean-n6"]
+    assert sorted(p.name for p in (data / "adapters").iterdir()) == runs
     judged = (data / "judged" / "judged.md").read_text()
-    assert all(name in judged for name in ("lora-r16-n4", "lora-r16-n6", "lora-r64-n6"))
+    assert all(name in judged for name in runs)
+
+    def trained_args(run: str):
+        return torch.load(runs / run / "training_args.bin", weights_only=False)
+
+    assert trained_args("lora-r16-clean-n6").drop_looping_trajectories  # the -clean variants leave loops out
+    assert not trained_args("lora-r16-n4").drop_looping_trajectories
     assert script.main([*common, "run", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "every step is done" in out and "[cpu-campaign] train" not in out

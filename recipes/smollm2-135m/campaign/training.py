@@ -118,12 +118,24 @@ def run_variant(argv: list[str], deadline: float, save_every: float | None = Non
         return run_train(argv)
 
 
+CLEAN = "-clean"
+CLEAN_FLAGS = ["--drop_looping_trajectories", "true"]
+"""A variant named `<variant>-clean` trains as `<variant>` on the trajectories whose answer does not end in a loop:
+the CPU campaign's first point, trained on every trajectory, looped on twice as many judging requests as the base."""
+
+
+def variant_flags(name: str) -> list[str]:
+    """The flags of a variant of VARIANTS, or of one with the CLEAN suffix."""
+    base = name.removesuffix(CLEAN)
+    if base not in VARIANTS:
+        raise ValueError(f"unknown training variant {name!r}; known: {sorted(VARIANTS)}, each also with {CLEAN!r}")
+    return VARIANTS[base] + (CLEAN_FLAGS if name.endswith(CLEAN) else [])
+
+
 def train_arguments(name: str, trajectories: Path, run: Path, model: str, tiny: bool) -> list[str]:
     """The `hf-jacobi train` arguments of one variant."""
-    if name not in VARIANTS:
-        raise ValueError(f"unknown training variant {name!r}; known: {sorted(VARIANTS)}")
     arguments = ["--config", str(RECIPE), "--trajectories", str(trajectories), "--output_dir", str(run)]
-    arguments += ["--model_name_or_path", model, *VARIANTS[name]]
+    arguments += ["--model_name_or_path", model, *variant_flags(name)]
     return arguments + (TINY_FLAGS if tiny else GPU_FLAGS)
 
 

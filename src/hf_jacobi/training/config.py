@@ -46,6 +46,11 @@ class JacobiForcingConfig(SFTConfig):
             the one planned for the whole run (`num_train_epochs` / `max_steps`): a checkpoint taken part-way through
             a long schedule is reproduced without training the rest. `hf-jacobi train` resumed at or past it trains
             nothing; `train()` refuses such a resume.
+        drop_looping_trajectories (`bool`, *optional*, defaults to `False`):
+            Leave out of training the trajectories whose answer ends in a loop (`hf_jacobi.measurement.collapsed`,
+            the test `hf-jacobi quality` counts loops by). A loop is the cheapest text to accept many tokens of at
+            once, so trained on, the consistency and AR losses teach the model to loop; a base model's own answers to
+            open requests hold some. Evaluation datasets are kept whole.
     """
 
     noise_schedule: str = field(
@@ -71,6 +76,12 @@ class JacobiForcingConfig(SFTConfig):
     stop_after_steps: int | None = field(
         default=None,
         metadata={"help": "End the run after this optimizer step; the schedule stays the whole run's."},
+    )
+    drop_looping_trajectories: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave out the trajectories whose answer ends in a loop (the test quality counts loops by)."
+        },
     )
 
     # Defaults that differ from SFTConfig.

@@ -11,6 +11,7 @@ import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from ..data.trajectory_schema import TRAINED_COLUMNS, check_not_empty, check_trajectory_table
+from ..measurement import collapsed
 from .collator import ANCHOR_TEXT, JacobiForcingCollator
 from .sampling import with_packed_lengths
 
@@ -60,6 +61,24 @@ def usable_trajectories(dataset: datasets.Dataset, collator: JacobiForcingCollat
     return kept
 
 
+def without_looping_answers(dataset: datasets.Dataset, name: str) -> datasets.Dataset:
+    """The trajectories whose answer (`completion_ids`, the fixed point) does not end in a loop, by the test
+    `hf-jacobi quality` counts loops with (`measurement.collapsed`); the count left out is logged."""
+    kept = dataset.filter(lambda example: not collapsed(example["completion_ids"]), desc=f"dropping looping {name}")
+    if len(kept) == 0:
+        raise ValueError(
+            f"every one of the {len(dataset)} {name} trajectories has an answer that ends in a loop: nothing is left "
+            "to train on with drop_looping_trajectories=True."
+        )
+    logger.warning(
+        "%d of %d %s trajectories end in a loop and are left out (drop_looping_trajectories).",
+        len(dataset) - len(kept),
+        len(dataset),
+        name,
+    )
+    return kept
+
+
 def with_anchor_texts(trajectories: datasets.Dataset, anchor_texts: datasets.Dataset) -> datasets.Dataset:
     """The trajectories followed by the anchor texts (`text_id`, `input_ids`; see `data.anchor_texts`), as rows of
     one table that the Trainer's sampler shuffles together; `ANCHOR_TEXT` marks the texts, which the collator packs
@@ -99,11 +118,15 @@ def training_datasets(
     collator: JacobiForcingCollator,
     base_kl_weight: float,
     length_column: str | None = None,
+    drop_looping: bool = False,
 ) -> tuple[datasets.Dataset, datasets.Dataset | dict[str, datasets.Dataset] | None, int]:
     """The train and eval rows the trainer reads (`usable_trajectories`; the anchor texts mixed into the train rows),
     and the block size most training trajectories have (the trained model's Jacobi default). With `length_column`,
-    every row carries its packed length there, for a sampler that groups batches by length."""
+    every row carries its packed length there, for a sampler that groups batches by length; with `drop_looping`, the
+    train rows leave out the trajectories whose answer ends in a loop (`without_looping_answers`)."""
     train_dataset = usable_trajectories(train_dataset, collator, "train")
+    if drop_looping:
+        train_dataset = without_looping_answers(train_dataset, "train")
     trained_block_size = collections.Counter(train_dataset["block_size"]).most_common(1)[0][0]
     if anchor_dataset is not None:
         if not base_kl_weight > 0:

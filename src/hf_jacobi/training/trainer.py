@@ -97,7 +97,13 @@ class JacobiForcingTrainer(SFTTrainer):
             )
         lengths = args.length_column_name if args.train_sampling_strategy in LENGTH_STRATEGIES else None
         train_dataset, eval_dataset, trained_block_size = training_datasets(
-            train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight, lengths
+            train_dataset,
+            eval_dataset,
+            anchor_dataset,
+            data_collator,
+            args.base_kl_weight,
+            lengths,
+            drop_looping=args.drop_looping_trajectories,
         )
         if args.stop_after_steps is not None:
             callbacks = [*(callbacks or []), StopAfterSteps(args.stop_after_steps)]
