@@ -338,8 +338,8 @@ HUMANEVAL_MINUTES = 10.0
 
 CURVE_VARIANT = "lora-r16-clean"
 """The variant of the scaling curve past its first point: the shipped settings on the trajectories whose answer does
-not end in a loop. At 2,000 the shipped settings on every trajectory (`lora-r16`) looped on 60 of the 400 judging
-requests against the base's 29 (8.8% of those trajectories end in a loop); the first point trains both, so the
+not end in a loop. Trained on every trajectory of the first point, the shipped settings (`lora-r16`) looped on far
+more judging requests than the base (docs/results.md, "The CPU campaign"); the first point trains both, so the
 table shows what leaving the loops out does."""
 CAPACITY_VARIANT = "lora-r64-clean"
 """The higher-capacity variant, on the full set, with the curve's data."""

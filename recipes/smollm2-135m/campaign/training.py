@@ -121,7 +121,7 @@ def run_variant(argv: list[str], deadline: float, save_every: float | None = Non
 CLEAN = "-clean"
 CLEAN_FLAGS = ["--drop_looping_trajectories", "true"]
 """A variant named `<variant>-clean` trains as `<variant>` on the trajectories whose answer does not end in a loop:
-the CPU campaign's first point, trained on every trajectory, looped on twice as many judging requests as the base."""
+trained on every trajectory, the CPU campaign's first point looped on far more judging requests than the base."""
 
 
 def variant_flags(name: str) -> list[str]:
