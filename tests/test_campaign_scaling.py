@@ -48,7 +48,7 @@ def _judged(tmp_path: Path) -> list[dict]:
     for name, plain, met in (("lora-r16-n2000", 1.7, True), ("lora-r16-n5000", 2.1, False)):
         results = {
             "models": [_quality("base", 1.07, 3.2, 40), _quality(name, plain, 4.0, 42)],
-            "targets_met": {name: {"requests loops": True, "judge distinct": met}},
+            "targets_met": {name: {"requests/collapse": True, "/runs/judge.parquet/distinct_3grams": met}},
         }
         (folders[name] / "quality.json").write_text(json.dumps(results))
     (folders["lora-r16-n2000"] / judging.HUMANEVAL_FILE).write_text(json.dumps(_humaneval(1.07, 1.2)))
@@ -84,7 +84,9 @@ def test_scaling_curve_orders_runs_by_prompts_and_bolds_only_targets_met(tmp_pat
     assert points["lora-r16-n5000"]["tokens_per_forward"]["humaneval-b8-plain"] is None
     table = (tmp_path / "results" / "scaling.md").read_text()
     assert "| lora-r16-n2000 | 2,000 | 2/2 | 42/400 | **1.700** | 4.000 | 1.200 | 0.990x | True |" in table
-    assert "| lora-r16-n5000 | 5,000 | 1/2 (not: judge distinct) | 42/400 | **2.100** | 4.000 | - | - |" in table
+    assert (
+        "| lora-r16-n5000 | 5,000 | 1/2 (not: judge/distinct_3grams) | 42/400 | **2.100** | 4.000 | - | - |" in table
+    )
     assert "| base | 0 | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.000x | True |" in table  # the base meets nothing
     assert json.loads((tmp_path / "results" / "scaling.json").read_text()) == curve
     assert (tmp_path / "results" / "scaling.png").stat().st_size > 0

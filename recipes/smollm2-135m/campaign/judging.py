@@ -66,6 +66,12 @@ def _set_label(name: str) -> str:
     return "judge" if name.endswith(".parquet") else name
 
 
+def _bar_label(name: str) -> str:
+    """A quality bar's name (`<set>/<measure>`) with the judging file's path shortened as its set is."""
+    source, _, measure = name.rpartition("/")
+    return f"{_set_label(source)}/{measure}"
+
+
 def model_row(
     model: dict[str, Any], targets: dict[str, bool] | None, humaneval: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -101,7 +107,7 @@ def model_row(
         else {
             "met": sum(targets.values()),
             "of": len(targets),
-            "failed": sorted(name for name, ok in targets.items() if not ok),
+            "failed": sorted(_bar_label(name) for name, ok in targets.items() if not ok),
         }
     )
     row = {"name": model["name"], "sets": sets, "tokens_per_forward": speed, "bars": bars, "lossless": all(lossless)}
