@@ -152,10 +152,10 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
     assert "stopping before collect" in capsys.readouterr().out and not (data / "trajectories").exists()
     assert script.main([*common, "run", "--dtype", "float32", "--batch-size", "2"]) == 0
     assert "every step is done" in capsys.readouterr().out
-    runs = ["lora-r16-clean-n4", "lora-r16-clean-n6", "lora-r16-n4", "lora-r64-clean-n6"]
-    assert sorted(p.name for p in (data / "adapters").iterdir()) == runs
+    names = ["lora-r16-clean-n4", "lora-r16-clean-n6", "lora-r16-n4", "lora-r64-clean-n6"]
+    assert sorted(p.name for p in (data / "adapters").iterdir()) == names
     judged = (data / "judged" / "judged.md").read_text()
-    assert all(name in judged for name in runs)
+    assert all(name in judged for name in names)
 
     def trained_args(run: str):
         return torch.load(runs / run / "training_args.bin", weights_only=False)

@@ -98,8 +98,9 @@ def test_card_says_what_a_user_needs(tmp_path):
     for expected in (
         "| Jacobi plain n=16 | 50.0% | 2.50 |",
         "Measured on TestGPU",
-        f'custom_generate="{REPO}", trust_remote_code=True',
-        f'AutoModelForCausalLM.from_pretrained("{REPO}")',
+        f'custom_generate="{REPO}",\n    trust_remote_code=True,',
+        f'model_id = "{REPO}"',
+        "AutoModelForCausalLM.from_pretrained(model_id)",
         "| `jacobi_block_size` | 32 |",
         "lr 1e-5",
         "arXiv:2512.14681",
@@ -107,8 +108,8 @@ def test_card_says_what_a_user_needs(tmp_path):
     ):
         assert expected in text, expected
     adapter = str(render_model_card(CardInfo(repo_id=REPO, base_model="org/base", adapter=True)))
-    assert 'base_model = "org/base"' in adapter
-    assert 'PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model), "acme/tiny-jacobi")' in adapter
+    assert 'base_model = "org/base"\nadapter = "acme/tiny-jacobi"' in adapter
+    assert "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model), adapter)" in adapter
     assert "Not measured for this checkpoint yet" in adapter
     assert "library_name: peft" in adapter
 

@@ -21,6 +21,8 @@ LABELS = {
     "both": "2 blocks + recycling, block 16",
     "humaneval-b8-plain": "HumanEval plain, block 8",
 }
+FULL_SET = 10_000
+"""The x axis runs to the campaign's full set from the first point on, so a partial curve shows how far it has come."""
 JUDGE_SET = "judge"
 """The campaign's own held-out plain requests (`judging._set_label` of judge.parquet)."""
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -151,6 +153,7 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
         if (shipped := curve.get("reference")) and shipped["tokens_per_forward"][key] is not None:
             axis.axhline(shipped["tokens_per_forward"][key], color="tab:green", linestyle="-.", label="shipped")
         axis.axhline(curve["targets"][key], color="tab:red", linestyle="--", label="target")
+        axis.set_xlim(0, 1.05 * max([FULL_SET, *(p["prompts"] for p in curve["points"])]))
         axis.set_title(LABELS[key], fontsize=10)
         axis.set_xlabel("prompts trained on (one epoch)")
         axis.set_ylabel("tokens per forward")
