@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 from transformers import BatchEncoding
@@ -40,7 +41,9 @@ def test_measure_and_summarize_on_a_tiny_model():
         assert r.identical
         assert 1 <= r.forwards <= r.new_tokens - 1
         assert r.tokens_per_forward >= 1.0
-        assert r.iteration_s > 0 and r.bare_forward_s > 0
+        # iteration_s subtracts the greedy call's prefill from the Jacobi call's time: on a tiny model both take
+        # microseconds and the difference may come out below zero, so only the timed forward's sign is asserted
+        assert math.isfinite(r.iteration_s) and r.bare_forward_s > 0
         assert r.mean_width > 1  # blocks near the end are capped by the remaining token budget
     rows = summarize(results)
     assert [(row["variant"], row["block_size"]) for row in rows] == [(v, 4) for v in VARIANTS]
