@@ -32,6 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from campaign.scaling import SHIPPED_RUN, run_name  # standard library only at import
+
 ROOT = Path(__file__).resolve().parent
 SAVE_EVERY_S = 20 * 60
 CPU_BATCH_SIZE, CPU_ACCUMULATION = 4, 8
@@ -250,7 +252,7 @@ def train(args: argparse.Namespace) -> int:
     from campaign.lowrank import to_bfloat16
 
     layout = args.layout
-    name = f"{args.variant}-n{args.trajectories}"
+    name = run_name(args.variant, args.trajectories)
     run, committed = layout.runs / name, layout.checkpoints / name
     if not layout.order.is_file() or not _first_collected(layout, args.trajectories):
         raise SystemExit(
@@ -303,7 +305,9 @@ def judge(args: argparse.Namespace) -> int:
         cli_main(settings.arguments(model, judge_file, base))
     weights, output = layout.adapters / args.run, layout.judged / args.run
     if args.run == SHIPPED_RUN:
-        from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS as weights
+        from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
+
+        weights = JACOBI_FORCING_WEIGHTS
     if not (weights / ADAPTER_FILE).is_file():
         raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
     if not (output / "quality.json").is_file():
@@ -325,9 +329,6 @@ def write_judged(layout: Layout) -> None:
     scaling.write_curve(rows, layout.results, None if layout.tiny else scaling.shipped_point())
 
 
-SHIPPED_RUN = "shipped"
-"""`judge --run shipped` judges the adapter the package ships by the campaign's protocol: the reference every run has
-to beat, which was never judged on the campaign's judging requests."""
 SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_MINUTES = 45.0
@@ -353,12 +354,12 @@ def plan_steps(total: int, tiny: bool) -> list[tuple[str, str | None, int]]:
     first = points[0]
     steps: list[tuple[str, str | None, int]] = [("collect", None, first)]
     for variant in ("lora-r16", CURVE_VARIANT):
-        steps += [("train", variant, first), ("judge", f"{variant}-n{first}", first)]
+        steps += [("train", variant, first), ("judge", run_name(variant, first), first)]
     if not tiny:  # the shipped adapter judged beside the first point (a tiny model cannot load it)
         steps.insert(3, ("judge", SHIPPED_RUN, 0))
     for n in points[1:]:
-        steps += [("collect", None, n), ("train", CURVE_VARIANT, n), ("judge", f"{CURVE_VARIANT}-n{n}", n)]
-    steps += [("train", CAPACITY_VARIANT, total), ("judge", f"{CAPACITY_VARIANT}-n{total}", total)]
+        steps += [("collect", None, n), ("train", CURVE_VARIANT, n), ("judge", run_name(CURVE_VARIANT, n), n)]
+    steps += [("train", CAPACITY_VARIANT, total), ("judge", run_name(CAPACITY_VARIANT, total), total)]
     return list(dict.fromkeys(steps))
 
 
@@ -366,7 +367,7 @@ def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
     if stage == "collect":
         return layout.order.is_file() and _first_collected(layout, n)
     if stage == "train":
-        return (layout.adapters / f"{name}-n{n}" / "adapter_model.safetensors").is_file()
+        return (layout.adapters / run_name(str(name), n) / "adapter_model.safetensors").is_file()
     from campaign.judging import HUMANEVAL_FILE
 
     return all((layout.judged / str(name) / file).is_file() for file in ("quality.json", HUMANEVAL_FILE))

@@ -36,6 +36,17 @@ for the judging requests, which it was never judged on (LoRA r16, 250 steps on 2
 prompts: under half an epoch)."""
 
 
+SHIPPED_RUN = "shipped"
+"""The judged name of the adapter the package ships (`cpu_campaign.py judge --run shipped` judges it by the
+campaign's protocol): the reference every run has to beat."""
+
+
+def run_name(variant: str, prompts: int) -> str:
+    """A run's name, what its adapter, judge folder and curve point are called: (`lora-r16`, 2000) -> `lora-r16-n2000`
+    (`run_size` reads it back)."""
+    return f"{variant}-n{prompts}"
+
+
 def run_size(name: str) -> tuple[str, int]:
     """A run's variant and its number of prompts: `lora-r16-n2000` -> (`lora-r16`, 2000)."""
     variant, _, count = name.rpartition("-n")
@@ -67,7 +78,7 @@ def shipped_point(files: dict[str, Any] = SHIPPED) -> dict[str, Any] | None:
     quality = json.loads(files["quality"].read_text())
     model, targets = quality["models"][-1], next(iter(quality["targets_met"].values()))
     row = model_row(model, targets, json.loads(files["humaneval"].read_text())["trained"])
-    return _point(row | {"name": "shipped"}, "shipped", files["prompts"])
+    return _point(row | {"name": SHIPPED_RUN}, SHIPPED_RUN, files["prompts"])
 
 
 def scaling_points(rows: list[dict[str, Any]], reference: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -75,8 +86,8 @@ def scaling_points(rows: list[dict[str, Any]], reference: dict[str, Any] | None 
     targets name, the quality bars met, the loops on the judging requests and the HumanEval canonical NLL; and the
     `reference` point (the shipped adapter), which is not on the curve."""
     judged = {row["name"]: row for row in rows}
-    if "shipped" in judged:  # judged by the campaign's own protocol: the reference, judging requests included
-        reference = _point(judged.pop("shipped"), "shipped", SHIPPED["prompts"])
+    if SHIPPED_RUN in judged:  # judged by the campaign's own protocol: the reference, judging requests included
+        reference = _point(judged.pop(SHIPPED_RUN), SHIPPED_RUN, SHIPPED["prompts"])
     points = [_point(row, *(("base", 0) if row["bars"] is None else run_size(row["name"]))) for row in judged.values()]
     return {"targets": SPEED_TARGETS, "points": points, "reference": reference}
 
