@@ -63,3 +63,36 @@ def campaign_scaling(page: Page) -> str:
         f"![the scaling curve]({page.url(f'{SCALING}.png')})\n\n"
         f"Files: {page.ref(f'{SCALING}.json')}, {page.ref(f'{SCALING}.md')}, {page.ref(f'{SCALING}.png')}."
     )
+
+
+def _judge_loops() -> tuple[int, int, int]:
+    """Loops of the base and of the shipped adapter on the campaign's judging requests, and how many requests: a
+    larger held-out set of plain requests than the 48, where the shipped adapter loops more than the base, which a
+    user should read beside its speed."""
+    curve = load(f"{SCALING}.json")
+    base = next(p for p in curve["points"] if p["variant"] == "base")
+    shipped = curve["reference"]
+    if shipped.get("judge_loops") is None:
+        raise ValueError(
+            f"{SCALING}.json has no judge of the shipped adapter: run cpu_campaign.py judge --run shipped"
+        )
+    (base_loops, total), (shipped_loops, _) = base["judge_loops"], shipped["judge_loops"]
+    return base_loops, shipped_loops, total
+
+
+def judge_loops_sentence(page: Page) -> str:
+    """The quality summary's sentence on the judging requests (the README's, the results page's, the model card's)."""
+    base_loops, shipped_loops, total = _judge_loops()
+    return (
+        f"On {total} other held-out plain requests (the CPU campaign's judging set) its answers loop {shipped_loops} "
+        f"times against the base's {base_loops}, more than the 3 points that bar allows ({page.ref(f'{SCALING}.json')})."
+    )
+
+
+def glance_loops_row(page: Page) -> str:
+    """The README glance's row of loops on the campaign's judging requests, the base's and the shipped adapter's."""
+    base_loops, shipped_loops, total = _judge_loops()
+    return (
+        f"| answers collapsed into a loop, {total} other held-out plain requests (the CPU campaign's judging set, "
+        f"128 tokens) | {base_loops} | {shipped_loops} | {page.ref(f'{SCALING}.json')} |"
+    )

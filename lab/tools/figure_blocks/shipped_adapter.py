@@ -3,6 +3,7 @@ tables and the quality study), quoted alike by the README, the results page and 
 
 from __future__ import annotations
 
+from .campaign_cpu import glance_loops_row, judge_loops_sentence
 from .core import (
     JF,
     REPAIR,
@@ -157,6 +158,7 @@ def glance(page: Page) -> str:
         f"| answers collapsed into a loop / passing their tests, 32 code requests | "
         f"{base_q['code-tasks']['collapsed']} / {base_q['code-tasks']['code_passed']} | "
         f"{shipped_q['code-tasks']['collapsed']} / {shipped_q['code-tasks']['code_passed']} | {page.ref(fq)} |",
+        glance_loops_row(page),
         f"| 2-core CPU, 2 quiet threads, batch 1, 8 other held-out prompts: the shipped default (block 8 + recycling) "
         f"on the compiled static cache vs compiled greedy (two machines of one kind) | - | {_speedup(shipped_cpu)}, "
         f"{_speedup(earlier_cpu)} | {page.ref(PATHS_SECOND, 'bench.json')}, {page.ref(PATHS_HELDOUT, 'bench.json')} |",
@@ -184,7 +186,8 @@ def quality_summary(page: Page) -> str:
         f"NLL {code['base_nll'] / base_code['base_nll']:.2f}x. HumanEval's canonical solutions: "
         f"{he.canonical_ratio:.3f}x the base's NLL. The price of keeping the base's answers is speed: the repair round "
         f"accepted more tokens per forward with answers that looped. Every adapter side by side: "
-        f"{page.ref(f'{QUALITY_FRONT}/quality.md')} and {page.ref(f'{QUALITY_FRONT}/quality.png', 'its plot')}."
+        f"{page.ref(f'{QUALITY_FRONT}/quality.md')} and {page.ref(f'{QUALITY_FRONT}/quality.png', 'its plot')}. "
+        f"{judge_loops_sentence(page)}"
     )
 
 
