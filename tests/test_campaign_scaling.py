@@ -98,25 +98,14 @@ def test_run_names_must_carry_their_prompt_count():
         scaling.run_size("lora-r16")
 
 
-def test_the_shipped_adapter_is_the_reference_point_from_its_committed_files(tmp_path):
-    shipped = scaling.shipped_point()
-    assert shipped["tokens_per_forward"]["plain"] == pytest.approx(1.2089, abs=1e-4)
-    assert shipped["tokens_per_forward"]["humaneval-b8-plain"] == pytest.approx(1.1981, abs=1e-4)
-    assert shipped["bars"] == {"met": 7, "of": 7, "failed": []} and shipped["judge_loops"] is None
-    curve = scaling.write_curve(_judged(tmp_path), tmp_path / "results", shipped)
-    assert [p["name"] for p in curve["points"]] == ["base", "lora-r16-n2000", "lora-r16-n5000"]
-    table = (tmp_path / "results" / "scaling.md").read_text()
-    assert "| shipped | 2,024 | 7/7 | - | 1.209 |" in table and "never judged on the judging requests" in table
-    missing = {**scaling.SHIPPED, "humaneval": tmp_path / "absent.json"}
-    assert scaling.shipped_point(missing) is None
-
-
 def test_a_shipped_adapter_judged_by_the_campaign_is_the_reference_with_its_judging_requests(tmp_path):
     rows = _judged(tmp_path)
     shipped = {**rows[1], "name": "shipped", "bars": {"met": 10, "of": 10, "failed": []}}
-    curve = scaling.scaling_points([*rows, shipped], reference=scaling.shipped_point())
+    curve = scaling.scaling_points([*rows, shipped])
     assert [p["name"] for p in curve["points"]] == ["base", "lora-r16-n2000", "lora-r16-n5000"]
     reference = curve["reference"]
-    assert reference["prompts"] == 2024 and reference["judge_loops"] == [42, 400]  # the judged one, not the files'
+    assert reference["prompts"] == 2024 and reference["judge_loops"] == [42, 400]
     table = scaling.markdown(curve)
-    assert "| shipped | 2,024 | 10/10 | 42/400 |" in table and "never judged" not in table
+    assert "| shipped | 2,024 | 10/10 | 42/400 |" in table and "shipped: the adapter the package ships" in table
+    unjudged = scaling.scaling_points(rows)
+    assert unjudged["reference"] is None and "shipped" not in scaling.markdown(unjudged)

@@ -326,7 +326,7 @@ def write_judged(layout: Layout) -> None:
     runs = sorted(p.name for p in layout.judged.iterdir() if p.is_dir() and p.name != "base")
     rows = judging.read_judged([layout.judged / "base", *(layout.judged / r for r in runs)], runs)
     (layout.judged / "judged.md").write_text(judging.markdown(rows, {}))
-    scaling.write_curve(rows, layout.results, None if layout.tiny else scaling.shipped_point())
+    scaling.write_curve(rows, layout.results)
 
 
 SCALING_POINTS = (2000, 5000)

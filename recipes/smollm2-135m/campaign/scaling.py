@@ -25,15 +25,9 @@ FULL_SET = 10_000
 """The x axis runs to the campaign's full set from the first point on, so a partial curve shows how far it has come."""
 JUDGE_SET = "judge"
 """The campaign's own held-out plain requests (`judging._set_label` of judge.parquet)."""
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
-SHIPPED = {
-    "quality": RESULTS / "quality-cpu" / "base-scale-kl10-step250" / "quality.json",
-    "humaneval": RESULTS / "jacobi-forcing-cpu" / "evaluate-humaneval-lora-r16-base-scale-kl10-step250.json",
-    "prompts": 2024,
-}
-"""The adapter the package ships, what the campaign has to beat: its committed figures under the same protocol but
-for the judging requests, which it was never judged on (LoRA r16, 250 steps on 2,024 base trajectories of other
-prompts: under half an epoch)."""
+SHIPPED_PROMPTS = 2024
+"""Prompts the shipped adapter trained on, its place on the x axis (LoRA r16, 250 steps on 2,024 base trajectories of
+other prompts: under half an epoch)."""
 
 
 SHIPPED_RUN = "shipped"
@@ -69,25 +63,14 @@ def _point(row: dict[str, Any], variant: str, count: int) -> dict[str, Any]:
     }
 
 
-def shipped_point(files: dict[str, Any] = SHIPPED) -> dict[str, Any] | None:
-    """The shipped adapter as a reference point from its committed files (None where they are missing)."""
-    from .judging import model_row
-
-    if not (files["quality"].is_file() and files["humaneval"].is_file()):
-        return None
-    quality = json.loads(files["quality"].read_text())
-    model, targets = quality["models"][-1], next(iter(quality["targets_met"].values()))
-    row = model_row(model, targets, json.loads(files["humaneval"].read_text())["trained"])
-    return _point(row | {"name": SHIPPED_RUN}, SHIPPED_RUN, files["prompts"])
-
-
-def scaling_points(rows: list[dict[str, Any]], reference: dict[str, Any] | None = None) -> dict[str, Any]:
+def scaling_points(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The curve's points from judged rows: the base (0 prompts) and each variant's run, with the speed settings the
     targets name, the quality bars met, the loops on the judging requests and the HumanEval canonical NLL; and the
-    `reference` point (the shipped adapter), which is not on the curve."""
+    reference point, the shipped adapter as the campaign judged it (`judge --run shipped`; None before), which is not
+    on the curve."""
     judged = {row["name"]: row for row in rows}
-    if SHIPPED_RUN in judged:  # judged by the campaign's own protocol: the reference, judging requests included
-        reference = _point(judged.pop(SHIPPED_RUN), SHIPPED_RUN, SHIPPED["prompts"])
+    shipped = judged.pop(SHIPPED_RUN, None)
+    reference = None if shipped is None else _point(shipped, SHIPPED_RUN, SHIPPED_PROMPTS)
     points = [_point(row, *(("base", 0) if row["bars"] is None else run_size(row["name"]))) for row in judged.values()]
     return {"targets": SPEED_TARGETS, "points": points, "reference": reference}
 
@@ -123,15 +106,10 @@ def markdown(curve: dict[str, Any]) -> str:
         )
     targets = ", ".join(f"{LABELS[key]} >= {value}" for key, value in curve["targets"].items())
     note = ""
-    if reference := curve.get("reference"):
+    if curve.get("reference"):
         note = (
             " shipped: the adapter the package ships, for reference (LoRA r16, 250 steps on 2,024 trajectories of "
-            "other prompts, under half an epoch)"
-        )
-        note += (
-            "."
-            if reference["judge_loops"]
-            else "; never judged on the judging requests: its bars are the 48 and 32's."
+            "other prompts, under half an epoch)."
         )
     return "\n".join(lines) + f"\n\nTargets (issue 62), at every quality bar: {targets}.{note}\n"
 
@@ -173,10 +151,9 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
     return save_figure(figure, path)
 
 
-def write_curve(rows: list[dict[str, Any]], folder: Path, reference: dict[str, Any] | None = None) -> dict[str, Any]:
-    """scaling.json, scaling.md and scaling.png in `folder`, from the judged rows and the reference point; returns
-    the curve."""
-    curve = scaling_points(rows, reference)
+def write_curve(rows: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+    """scaling.json, scaling.md and scaling.png in `folder`, from the judged rows; returns the curve."""
+    curve = scaling_points(rows)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "scaling.json").write_text(json.dumps(curve, indent=1) + "\n")
     (folder / "scaling.md").write_text(markdown(curve))
