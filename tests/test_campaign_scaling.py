@@ -109,3 +109,13 @@ def test_a_shipped_adapter_judged_by_the_campaign_is_the_reference_with_its_judg
     assert "| shipped | 2,024 | 10/10 | 42/400 |" in table and "shipped: the adapter the package ships" in table
     unjudged = scaling.scaling_points(rows)
     assert unjudged["reference"] is None and "shipped" not in scaling.markdown(unjudged)
+
+
+def test_the_humaneval_gate_is_read_from_the_recipes_makefile(tmp_path):
+    assert judging.HUMANEVAL_GATE[:2] == ["--prompts", "humaneval"]
+    assert judging.HUMANEVAL_GATE[judging.HUMANEVAL_GATE.index("--block_size") + 1] == "8"
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("GATE += --more\nOTHER := 1\nGATE ?= --name 'two words'\nall:\n\trun --GATE=x\n")
+    assert judging.make_variable("GATE", makefile) == ["--name", "two words"]
+    with pytest.raises(LookupError, match="defines no ABSENT"):
+        judging.make_variable("ABSENT", makefile)

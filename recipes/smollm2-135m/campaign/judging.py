@@ -12,16 +12,29 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 QUALITY_SETS = ("requests", "code-tasks")
 TINY_QUALITY = ["--num-prompts", "2", "--num-speed-prompts", "2", "--max-new-tokens", "16", "--batch-size", "4"]
-HUMANEVAL_GATE = ["--prompts", "humaneval", "--num_prompts", "16", "--settings", "plain", "recycling"]
-HUMANEVAL_GATE += ["--block_size", "8", "--max_new_tokens", "128", "--batch_size", "8", "--humaneval_nll", "true"]
-"""`hf-jacobi evaluate` as the shipped adapter's HumanEval figures were taken (the recipe's Makefile HUMANEVAL_GATE):
-the first 16 problems as chat turns, block 8, plain and with recycling, and the NLL of the 164 canonical solutions."""
+MAKEFILE = Path(__file__).resolve().parents[1] / "Makefile"
+
+
+def make_variable(name: str, makefile: Path = MAKEFILE) -> list[str]:
+    """A variable of the recipe's Makefile (`NAME := ...` or `NAME ?= ...` on one line), split as the shell splits it:
+    what the campaign shares with the Makefile's targets is written once, there."""
+    for line in makefile.read_text(encoding="utf-8").splitlines():
+        head, sep, value = line.partition("=")
+        if sep and head.rstrip(":?+ ").strip() == name and head.rstrip()[-1:] in ":?":
+            return shlex.split(value)
+    raise LookupError(f"{makefile} defines no {name} (NAME := value on one line)")
+
+
+HUMANEVAL_GATE = make_variable("HUMANEVAL_GATE")
+"""`hf-jacobi evaluate` as the shipped adapter's HumanEval figures were taken, read from the recipe's Makefile: the
+first 16 problems as chat turns, block 8, plain and with recycling, and the NLL of the 164 canonical solutions."""
 TINY_HUMANEVAL = ["--num_prompts", "2", "--max_new_tokens", "16"]
 HUMANEVAL_FILE = "evaluate-humaneval.json"
 HUMANEVAL_SETTINGS = {"plain": "humaneval-b8-plain", "recycling": "humaneval-b8-recycling"}
