@@ -97,6 +97,11 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     assert [p.name for p in committed] == ["checkpoint-1"] and (committed[0] / "optimizer.pt").is_file()
     assert (runs / "lora-r16-n8" / "checkpoint-1" / "custom_generate").is_dir()
     assert not (committed[0] / "custom_generate").exists()  # a copy of the decoding code: resuming never reads it
+    capsys.readouterr()
+    assert script.main([*common, "status"]) == 0
+    status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert status["training"] == {"lora-r16-n8": f"1/{state_of(committed[0])['max_steps']}"}
+    assert status["plan_left"][0] == "train lora-r16 4"  # the first point (4 prompts): collected, not trained
     shutil.rmtree(runs / "lora-r16-n8")
     capsys.readouterr()
     assert script.main([*common, "train", "--trajectories", "8"]) == 0
@@ -122,6 +127,11 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     assert script.main([*common, "status"]) == 0
     status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert status["rows"] == 8 and status["judged"] == ["base", "lora-r16-n8"]
+    assert status["trained"] == ["lora-r16-n8"] and status["training"] == {}  # finished: no run left mid-epoch
+
+
+def state_of(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "trainer_state.json").read_text())
 
 
 def _rows(data: Path) -> list[dict]:
@@ -152,6 +162,8 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
     assert "stopping before collect" in capsys.readouterr().out and not (data / "trajectories").exists()
     assert script.main([*common, "run", "--dtype", "float32", "--batch-size", "2"]) == 0
     assert "every step is done" in capsys.readouterr().out
+    assert script.main([*common, "status"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["plan_left"] == []
     names = ["lora-r16-clean-n4", "lora-r16-clean-n6", "lora-r16-n4", "lora-r64-clean-n6"]
     assert sorted(p.name for p in (data / "adapters").iterdir()) == names
     judged = (data / "judged" / "judged.md").read_text()

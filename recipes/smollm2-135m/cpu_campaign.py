@@ -380,17 +380,22 @@ def _minutes_needed(layout: Layout, stage: str, name: str | None) -> float:
     return HUMANEVAL_MINUTES if (layout.judged / str(name) / "quality.json").is_file() else JUDGE_MINUTES
 
 
+def _plan_total(layout: Layout) -> int:
+    """The training prompts the plan runs to: the collection order's (written by the first collection step), else
+    the prompt set's train split."""
+    import pyarrow.parquet as pq
+
+    if layout.order.is_file():
+        return pq.read_metadata(layout.order).num_rows
+    return sum(row["split"] == "train" for row in pq.read_table(layout.prompts, columns=["split"]).to_pylist())
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Every step of `plan_steps` not done yet, in order, within `--minutes` (each step resumes; a sitting ends at a
     step cut by the deadline, or before a judge that would not fit)."""
-    import pyarrow.parquet as pq
-
     layout = args.layout
     deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
-    total = pq.read_metadata(layout.order).num_rows if layout.order.is_file() else None
-    if total is None:  # the order is written by the first collection step
-        total = sum(row["split"] == "train" for row in pq.read_table(layout.prompts, columns=["split"]).to_pylist())
-    for stage, name, n in plan_steps(total, layout.tiny):
+    for stage, name, n in plan_steps(_plan_total(layout), layout.tiny):
         if _done(layout, stage, name, n):
             continue
         left = (deadline - time.monotonic()) / 60
@@ -425,9 +430,25 @@ def status(args: argparse.Namespace) -> int:
     rate = sum(s["tokens"] for s in timed) / seconds if seconds else 0.0
     report = {"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": round(rate, 1)}
     report["checkpoints"] = sorted(str(p.relative_to(layout.data)) for p in layout.checkpoints.glob("*/checkpoint-*"))
+    report["training"] = _unfinished_runs(layout)
+    report["trained"] = sorted(p.name for p in layout.adapters.iterdir()) if layout.adapters.is_dir() else []
     report["judged"] = sorted(p.name for p in layout.judged.iterdir() if p.is_dir()) if layout.judged.is_dir() else []
+    steps_left = [] if not layout.prompts.is_file() else plan_steps(_plan_total(layout), layout.tiny)
+    report["plan_left"] = [" ".join(map(str, filter(None, step))) for step in steps_left if not _done(layout, *step)]
     print(json.dumps(report))
     return 0
+
+
+def _unfinished_runs(layout: Layout) -> dict[str, str]:
+    """Each run stopped mid-epoch, as `step/steps` of its newest checkpoint here (the ignored run folder) or else the
+    committed one: what a resumed `train` starts from."""
+    found: dict[str, str] = {}
+    for folder in (layout.checkpoints, layout.runs):  # a run folder's own checkpoint is newer than the committed one
+        for run in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if run.name not in {p.name for p in layout.adapters.glob("*")} and (newest := _newest_checkpoint(run)):
+                state = json.loads((newest / "trainer_state.json").read_text())
+                found[run.name] = f"{state['global_step']}/{state['max_steps']}"
+    return found
 
 
 def padding(args: argparse.Namespace) -> int:
