@@ -430,8 +430,8 @@ def status(args: argparse.Namespace) -> int:
     rate = sum(s["tokens"] for s in timed) / seconds if seconds else 0.0
     report = {"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": round(rate, 1)}
     report["checkpoints"] = sorted(str(p.relative_to(layout.data)) for p in layout.checkpoints.glob("*/checkpoint-*"))
-    report["training"] = _unfinished_runs(layout)
     report["trained"] = sorted(p.name for p in layout.adapters.iterdir()) if layout.adapters.is_dir() else []
+    report["training"] = _unfinished_runs(layout, set(report["trained"]))
     report["judged"] = sorted(p.name for p in layout.judged.iterdir() if p.is_dir()) if layout.judged.is_dir() else []
     steps_left = [] if not layout.prompts.is_file() else plan_steps(_plan_total(layout), layout.tiny)
     report["plan_left"] = [" ".join(map(str, filter(None, step))) for step in steps_left if not _done(layout, *step)]
@@ -439,13 +439,13 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unfinished_runs(layout: Layout) -> dict[str, str]:
-    """Each run stopped mid-epoch, as `step/steps` of its newest checkpoint here (the ignored run folder) or else the
-    committed one: what a resumed `train` starts from."""
+def _unfinished_runs(layout: Layout, trained: set[str]) -> dict[str, str]:
+    """Each run not in `trained` that stopped mid-epoch, as `step/steps` of its newest checkpoint here (the ignored
+    run folder) or else the committed one: what a resumed `train` starts from."""
     found: dict[str, str] = {}
     for folder in (layout.checkpoints, layout.runs):  # a run folder's own checkpoint is newer than the committed one
         for run in sorted(folder.iterdir()) if folder.is_dir() else []:
-            if run.name not in {p.name for p in layout.adapters.glob("*")} and (newest := _newest_checkpoint(run)):
+            if run.name not in trained and (newest := _newest_checkpoint(run)):
                 state = json.loads((newest / "trainer_state.json").read_text())
                 found[run.name] = f"{state['global_step']}/{state['max_steps']}"
     return found

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,8 @@ def make_variable(name: str, makefile: Path = MAKEFILE) -> list[str]:
     """A variable of the recipe's Makefile (`NAME := ...` or `NAME ?= ...` on one line), split as the shell splits it:
     what the campaign shares with the Makefile's targets is written once, there."""
     for line in makefile.read_text(encoding="utf-8").splitlines():
-        head, sep, value = line.partition("=")
-        if sep and head.rstrip(":?+ ").strip() == name and head.rstrip()[-1:] in ":?":
-            return shlex.split(value)
+        if found := re.match(rf"{re.escape(name)}\s*[:?]=(.*)", line):
+            return shlex.split(found.group(1))
     raise LookupError(f"{makefile} defines no {name} (NAME := value on one line)")
 
 
