@@ -147,13 +147,13 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
         ("collect", None, 4),
         ("train", "lora-r16", 4),
         ("judge", "lora-r16-n4", 4),
-        ("train", "lora-r16-clean", 4),
-        ("judge", "lora-r16-clean-n4", 4),
+        ("train", "lora-r16-kl30", 4),
+        ("judge", "lora-r16-kl30-n4", 4),
         ("collect", None, 6),
-        ("train", "lora-r16-clean", 6),
-        ("judge", "lora-r16-clean-n6", 6),
-        ("train", "lora-r64-clean", 6),
-        ("judge", "lora-r64-clean-n6", 6),
+        ("train", "lora-r16-kl30", 6),
+        ("judge", "lora-r16-kl30-n6", 6),
+        ("train", "lora-r64-kl30", 6),
+        ("judge", "lora-r64-kl30-n6", 6),
     ]
     full = script.plan_steps(9999, tiny=False)
     assert full[:4] == [("collect", None, 2000), ("train", "lora-r16", 2000), ("judge", "lora-r16-n2000", 2000),
@@ -164,7 +164,7 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
     assert "every step is done" in capsys.readouterr().out
     assert script.main([*common, "status"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["plan_left"] == []
-    names = ["lora-r16-clean-n4", "lora-r16-clean-n6", "lora-r16-n4", "lora-r64-clean-n6"]
+    names = ["lora-r16-kl30-n4", "lora-r16-kl30-n6", "lora-r16-n4", "lora-r64-kl30-n6"]
     assert sorted(p.name for p in (data / "adapters").iterdir()) == names
     judged = (data / "judged" / "judged.md").read_text()
     assert all(name in judged for name in names)
@@ -172,8 +172,8 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
     def trained_args(run: str):
         return torch.load(runs / run / "training_args.bin", weights_only=False)
 
-    assert trained_args("lora-r16-clean-n6").drop_looping_trajectories  # the -clean variants leave loops out
-    assert not trained_args("lora-r16-n4").drop_looping_trajectories
+    assert trained_args("lora-r16-kl30-n6").base_kl_weight == 30  # the -kl<W> variants weigh the anchor W
+    assert trained_args("lora-r16-n4").base_kl_weight == 10
     assert script.main([*common, "run", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "every step is done" in out and "[cpu-campaign] train" not in out

@@ -292,3 +292,20 @@ def test_without_a_judged_winner_the_most_trained_variant_comes_back_unjudged(tm
     assert record["winner"] == record["unjudged"] == "lora-r16" and record["winner_files"] == ["winner.tar"]
     with tarfile.open(campaign.out / "winner.tar") as tar:
         assert any(name.endswith("adapter_model.safetensors") for name in tar.getnames())
+
+
+def test_variant_names_carry_the_anchor_weight_and_the_clean_data():
+    from campaign.training import variant_flags
+
+    assert variant_flags("lora-r16") == []
+    assert variant_flags("lora-r16-kl30") == ["--base_kl_weight", "30"]
+    assert variant_flags("lora-r64-kl2.5-clean")[-4:] == [
+        "--base_kl_weight",
+        "2.5",
+        "--drop_looping_trajectories",
+        "true",
+    ]
+    assert variant_flags("lora-r64-clean")[:2] == ["--lora_r", "64"]
+    for bad in ("lora-r32", "lora-r16-kl", "lora-r16-clean-kl30"):
+        with pytest.raises(ValueError, match=repr(bad)):
+            variant_flags(bad)

@@ -337,13 +337,14 @@ minutes a model here, the base's ~40 more the first time); its HumanEval part ta
 HUMANEVAL_MINUTES = 10.0
 
 
-CURVE_VARIANT = "lora-r16-clean"
-"""The variant of the scaling curve past its first point: the shipped settings on the trajectories whose answer does
-not end in a loop. Trained on every trajectory of the first point, the shipped settings (`lora-r16`) looped on far
-more judging requests than the base (docs/results.md, "The CPU campaign"); the first point trains both, so the
-table shows what leaving the loops out does."""
-CAPACITY_VARIANT = "lora-r64-clean"
-"""The higher-capacity variant, on the full set, with the curve's data."""
+CURVE_VARIANT = "lora-r16-kl30"
+"""The variant of the scaling curve past its first point: the shipped settings with the KL anchor to the base three
+times as strong. With the shipped settings (`lora-r16`, anchor x10) the first point looped on 60 of 400 judging
+requests against the base's 29, and with the looping trajectories left out (`lora-r16-clean`) on 57: the loops come
+from the training, and the anchor's weight is the lever the GPU sweep measured against them (x3 looped more than
+x10). The first point trains it too, so the table shows what the stronger anchor does."""
+CAPACITY_VARIANT = "lora-r64-kl30"
+"""The higher-capacity variant, on the full set, with the curve's anchor."""
 
 
 def plan_steps(total: int, tiny: bool) -> list[tuple[str, str | None, int]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,14 +123,25 @@ CLEAN = "-clean"
 CLEAN_FLAGS = ["--drop_looping_trajectories", "true"]
 """A variant named `<variant>-clean` trains as `<variant>` on the trajectories whose answer does not end in a loop:
 trained on every trajectory, the CPU campaign's first point looped on far more judging requests than the base."""
+KL_SUFFIX = re.compile(r"-kl(\d+(?:\.\d+)?)$")
+"""A variant named `<variant>-kl<W>` trains as `<variant>` with the KL anchor to the base at weight W instead of the
+recipe's 10: the anchor is the one lever measured to trade chat loops against speed (docs/results/quality-gpu-sweep:
+x3 looped more than x10)."""
 
 
 def variant_flags(name: str) -> list[str]:
-    """The flags of a variant of VARIANTS, or of one with the CLEAN suffix."""
+    """The flags of a variant of VARIANTS, optionally suffixed `-kl<W>` (the anchor's weight), then `-clean`."""
     base = name.removesuffix(CLEAN)
+    flags = CLEAN_FLAGS if name.endswith(CLEAN) else []
+    weight = KL_SUFFIX.search(base)
+    if weight:
+        base, flags = base[: weight.start()], ["--base_kl_weight", weight.group(1), *flags]
     if base not in VARIANTS:
-        raise ValueError(f"unknown training variant {name!r}; known: {sorted(VARIANTS)}, each also with {CLEAN!r}")
-    return VARIANTS[base] + (CLEAN_FLAGS if name.endswith(CLEAN) else [])
+        raise ValueError(
+            f"unknown training variant {name!r}; known: {sorted(VARIANTS)}, each optionally followed by "
+            f"'-kl<weight>' (e.g. '-kl30') and then {CLEAN!r}"
+        )
+    return VARIANTS[base] + flags
 
 
 def train_arguments(name: str, trajectories: Path, run: Path, model: str, tiny: bool) -> list[str]:
