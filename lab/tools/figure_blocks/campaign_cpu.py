@@ -59,7 +59,7 @@ def campaign_scaling(page: Page) -> str:
     runs = [p for p in curve["points"] if p["variant"] != "base"]
     sentence = (RESULTS / f"{SCALING}.md").read_text(encoding="utf-8").strip().splitlines()[-1]
     return (
-        f"{markdown_table(f'{SCALING}.md')}\n\n{sentence} {len(runs)} run(s) judged so far.\n\n"
+        f"{markdown_table(f'{SCALING}.md')}\n\n{sentence} Campaign runs judged so far: {len(runs)}.\n\n"
         f"![the scaling curve]({page.url(f'{SCALING}.png')})\n\n"
         f"Files: {page.ref(f'{SCALING}.json')}, {page.ref(f'{SCALING}.md')}, {page.ref(f'{SCALING}.png')}."
     )
