@@ -51,6 +51,11 @@ class JacobiForcingConfig(SFTConfig):
             the test `hf-jacobi quality` counts loops by). A loop is the cheapest text to accept many tokens of at
             once, so trained on, the consistency and AR losses teach the model to loop; a base model's own answers to
             open requests hold some. Evaluation datasets are kept whole.
+        cache_frozen_weights (`bool`, *optional*, defaults to `True`):
+            Under bf16 or fp16 mixed precision, cast the frozen float32 weights of linear layers (a LoRA run's base)
+            once and swap the casts in for each micro-batch, instead of letting autocast recast them at every forward
+            (`training.frozen_casts`). Losses and gradients are bitwise the same; the casts take half the frozen
+            weights' memory again. Sharded runs (DeepSpeed, FSDP) never cache.
     """
 
     noise_schedule: str = field(
@@ -82,6 +87,11 @@ class JacobiForcingConfig(SFTConfig):
         metadata={
             "help": "Leave out the trajectories whose answer ends in a loop (the test quality counts loops by)."
         },
+    )
+
+    cache_frozen_weights: bool = field(
+        default=True,
+        metadata={"help": "Cast frozen float32 linear weights to the autocast dtype once, not at every forward."},
     )
 
     # Defaults that differ from SFTConfig.

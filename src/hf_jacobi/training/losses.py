@@ -99,9 +99,8 @@ def ar_loss(logits: torch.Tensor, targets: torch.Tensor, num_items: torch.Tensor
     targeted = targets != IGNORE_INDEX
     if not targeted.any():
         return logits.sum() * 0.0
-    total = F.cross_entropy(
-        logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-    )
+    # the targeted rows only: the others would be ignored anyway, after a float32 copy of the batch's whole logits
+    total = F.cross_entropy(logits[targeted].float(), targets[targeted], reduction="sum")
     return total / _divisor(num_items, int(targeted.sum()))
 
 

@@ -57,3 +57,11 @@ def recipe_markdown(args: JacobiForcingConfig, model: Any) -> str:
             f"{sorted(getattr(lora, 'target_modules', None) or [])}"
         )
     return "\n".join(f"  - {line}" for line in lines)
+
+
+def base_model_name(model: Any) -> str | None:
+    """The id or path the trained model (or adapter) was built from, as its config records it."""
+    peft_config = getattr(model, "peft_config", None)
+    if peft_config:
+        return next(iter(peft_config.values())).base_model_name_or_path
+    return getattr(model.config, "_name_or_path", None) or None

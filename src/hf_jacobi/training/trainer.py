@@ -30,9 +30,10 @@ from .collator import CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, pad_token_id, training_datasets
 from .frozen_base import prepare_frozen_base
+from .frozen_casts import FrozenWeightCasts, cached_cast_dtype
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
-from .run_record import recipe_markdown, training_record
+from .run_record import base_model_name, recipe_markdown, training_record
 from .sampling import LENGTH_STRATEGIES, LengthGroupedEpochSampler
 from .stopping import StopAfterSteps
 
@@ -119,13 +120,19 @@ class JacobiForcingTrainer(SFTTrainer):
             **kwargs,
         )
         self.noise_aware_mask = NoiseAwareMask.for_model(self.model)
-        # The base of the KL anchor: a LoRA run switches its adapter off (no copy); a full fine-tune keeps a frozen
-        # copy of the weights it starts from, sharded as the trained model is.
+        # The KL anchor's base: a LoRA run's adapter switched off; a full fine-tune's frozen copy, sharded as trained.
         self._frozen_base = None
         self._adapter_switch: tuple[torch.nn.Module, AdapterSwitch] | None = None  # on first use, once wrapped
         if args.base_kl_weight > 0 and not isinstance(self.model, PeftModel):
             self._frozen_base = prepare_frozen_base(self.model, self.accelerator)
         self._trained_block_size = trained_block_size
+        cast = cached_cast_dtype(args, sharded=self.is_deepspeed_enabled or self.is_fsdp_enabled)
+        self._frozen_casts = FrozenWeightCasts.for_models([self.model, self._frozen_base], cast)
+
+    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
+        """Trainer's step (one micro-batch's forward and backward) with the frozen weights' casts swapped in."""
+        with self._frozen_casts.swapped():
+            return super().training_step(model, inputs, num_items_in_batch)
 
     def _get_train_sampler(self, train_dataset: datasets.Dataset | None = None):
         """`group_by_length` on the packed lengths, in an order drawn from (seed, epoch) (`LengthGroupedEpochSampler`:
@@ -230,13 +237,13 @@ class JacobiForcingTrainer(SFTTrainer):
 
     @contextlib.contextmanager
     def _base_model(self, model) -> Iterator[torch.nn.Module]:
-        """The model as it was before this run, for the KL anchor: the frozen copy, or the (unwrapped) PEFT model with
-        its adapter switched off for the duration."""
-        if self._frozen_base is not None:
-            yield self._frozen_base
+        """The model as it was before this run, for the KL anchor, under the model's mixed precision: the frozen copy,
+        or the (unwrapped) PEFT model with its adapter switched off for the duration."""
+        if self._frozen_base is not None:  # not prepared, so not wrapped in the model's autocast: under it here
+            with self.accelerator.autocast():
+                yield self._frozen_base
             return
-        # unwrapping costs too, once is enough
-        if self._adapter_switch is None or self._adapter_switch[0] is not model:
+        if self._adapter_switch is None or self._adapter_switch[0] is not model:  # unwrapping costs: once
             self._adapter_switch = (model, AdapterSwitch(self.accelerator.unwrap_model(model)))
         with self._adapter_switch[1].off() as base:
             yield base
@@ -252,7 +259,7 @@ class JacobiForcingTrainer(SFTTrainer):
         complete_checkpoint(folder, self._jacobi_settings(folder))
         record = training_record(
             self.args,
-            base_model=self._base_model_name(),
+            base_model=base_model_name(self.model),
             adapter=bool(getattr(self.model, "peft_config", None)),
             global_step=self.state.global_step,
             trajectories=len(self.train_dataset),
@@ -261,15 +268,8 @@ class JacobiForcingTrainer(SFTTrainer):
         write_training_record(folder, record)
 
     def _jacobi_settings(self, folder: Path) -> JacobiConfig:
-        """The Jacobi defaults of a saved folder: settings it already carries (e.g. tuned ones from an earlier round)
-        stay; the block size is the one it was trained at."""
+        """A saved folder's Jacobi defaults: those it carries (e.g. tuned earlier) at the trained block size."""
         return JacobiConfig.from_generation_config(base_generation_config(folder), block_size=self._trained_block_size)
-
-    def _base_model_name(self) -> str | None:
-        peft_config = getattr(self.model, "peft_config", None)
-        if peft_config:
-            return next(iter(peft_config.values())).base_model_name_or_path
-        return getattr(self.model.config, "_name_or_path", None) or None
 
     def create_model_card(
         self,
@@ -285,7 +285,7 @@ class JacobiForcingTrainer(SFTTrainer):
         output_dir = Path(self.args.output_dir)
         card = CardInfo(
             repo_id=self.hub_model_id or self.args.hub_model_id or model_name or output_dir.name,
-            base_model=self._base_model_name(),
+            base_model=base_model_name(self.model),
             adapter=bool(getattr(self.model, "peft_config", None)),
             datasets=[dataset_name] if dataset_name else [],
             training_data=(
