@@ -97,15 +97,8 @@ class JacobiForcingTrainer(SFTTrainer):
                 f"{type(data_collator).__name__}; pass None to build one from args."
             )
         lengths = args.length_column_name if args.train_sampling_strategy in LENGTH_STRATEGIES else None
-        train_dataset, eval_dataset, trained_block_size = training_datasets(
-            train_dataset,
-            eval_dataset,
-            anchor_dataset,
-            data_collator,
-            args.base_kl_weight,
-            lengths,
-            drop_looping=args.drop_looping_trajectories,
-        )
+        sets = (train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight, lengths)
+        train_dataset, eval_dataset, trained_block_size = training_datasets(*sets, args.drop_looping_trajectories)
         if args.stop_after_steps is not None:
             callbacks = [*(callbacks or []), StopAfterSteps(args.stop_after_steps)]
         super().__init__(
