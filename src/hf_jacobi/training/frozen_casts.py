@@ -3,8 +3,9 @@
 Under autocast each linear layer casts its float32 weight to bfloat16 (or float16) on every call, and autocast keeps a
 cast only for weights that require grad (and only until the autocast region ends). A LoRA run's frozen base weights,
 which every forward of every step reads (the KL anchor's base forward too), are therefore recast at each forward (what
-that costs a CPU step is in docs/training.md). A frozen weight's cast never changes, so it is made once here and swapped in for each micro-batch's forward and backward: the matmuls read the very values
-autocast would have made, so losses and gradients are bitwise the same.
+that costs a CPU step is in docs/training.md). A frozen weight's cast never changes, so it is made once here and
+swapped in for each micro-batch's forward and backward: the matmuls read the very values autocast would have made, so
+losses and gradients are bitwise the same.
 
 Outside a step (evaluation, generation in callbacks, saving, merging) the layers hold their float32 weights again: the
 swap sets a tensor pointer per weight, and the casts are kept beside the originals, which costs half the frozen
@@ -18,10 +19,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from .config import JacobiForcingConfig
 
 
 class FrozenWeightCasts:
@@ -37,16 +41,14 @@ class FrozenWeightCasts:
             if not isinstance(module, nn.Linear)
             for param in module.parameters(recurse=False)
         }
-        self.dtype = dtype
         self.entries: list[tuple[nn.Parameter, torch.Tensor, torch.Tensor]] = []
-        seen: set[int] = set()
         for module in modules:
             if not isinstance(module, nn.Linear):
                 continue
             for param in module.parameters(recurse=False):
-                if param.requires_grad or param.dtype != torch.float32 or id(param) in elsewhere or id(param) in seen:
+                if param.requires_grad or param.dtype != torch.float32 or id(param) in elsewhere:
                     continue
-                seen.add(id(param))
+                elsewhere.add(id(param))  # a weight two linear layers share is cast once
                 self.entries.append((param, param.data, param.data.to(dtype)))
 
     @classmethod
@@ -61,9 +63,9 @@ class FrozenWeightCasts:
 
     @contextlib.contextmanager
     def swapped(self) -> Iterator[None]:
-        """The casts in place of the float32 weights for the duration: only under autocast to `dtype` (outside it a
-        float32 input would meet a cast weight), and over a forward and its backward together (the backward reads the
-        weight the forward saved)."""
+        """The casts in place of the float32 weights for the duration: only under autocast to the casts' dtype
+        (outside it a float32 input would meet a cast weight), and over a forward and its backward together (the
+        backward reads the weight the forward saved)."""
         for param, _, cast in self.entries:
             param.data = cast
         try:
@@ -73,10 +75,10 @@ class FrozenWeightCasts:
                 param.data = original
 
 
-def cached_cast_dtype(args: Any, sharded: bool) -> torch.dtype | None:
-    """The dtype to cache frozen weights in for a run with these `TrainingArguments`: the one its mixed precision
+def cached_cast_dtype(args: JacobiForcingConfig, sharded: bool) -> torch.dtype | None:
+    """The dtype to cache frozen weights in for a run with these settings: the one its mixed precision
     autocasts linear layers to, or None (no cache) without mixed precision, with `cache_frozen_weights` off, or when
     the parameters are sharded (DeepSpeed, FSDP: their storage is the plugin's)."""
-    if sharded or not getattr(args, "cache_frozen_weights", True):
+    if sharded or not args.cache_frozen_weights:
         return None
     return torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
