@@ -1,11 +1,11 @@
-"""The trainer's side of the trajectory data: which rows it can train on, the id that pads them, and the epoch the
-collator draws noise for."""
+"""The trainer's side of the trajectory data: which rows it can train on, the collator that packs them and the id that
+pads them, and the epoch the collator draws noise for."""
 
 from __future__ import annotations
 
 import collections
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 from transformers import PreTrainedTokenizerBase, TrainerCallback
@@ -14,6 +14,9 @@ from ..data.trajectory_schema import TRAINED_COLUMNS, check_not_empty, check_tra
 from ..measurement import collapsed
 from .collator import ANCHOR_TEXT, JacobiForcingCollator
 from .sampling import with_packed_lengths
+
+if TYPE_CHECKING:
+    from .config import JacobiForcingConfig
 
 logger = logging.getLogger(__name__)
 
@@ -157,3 +160,16 @@ def pad_token_id(processing_class: Any, pad_token: str | None = None) -> int:
             "set tokenizer.pad_token (or eos_token) to a token it knows."
         )
     return tokenizer.convert_tokens_to_ids(token)
+
+
+def training_collator(data_collator: Any, args: JacobiForcingConfig, processing_class: Any) -> JacobiForcingCollator:
+    """The trainer's collator: the one given, which must be a `JacobiForcingCollator` (the losses index the packed
+    layout it builds), or, when None is given, the one `args` describe, padding with `pad_token_id`."""
+    if data_collator is None:
+        return JacobiForcingCollator.from_config(args, pad_token_id(processing_class, args.pad_token))
+    if not isinstance(data_collator, JacobiForcingCollator):
+        raise TypeError(
+            f"data_collator must be a JacobiForcingCollator (the losses index the packed layout it builds), got "
+            f"{type(data_collator).__name__}; pass None to build one from args."
+        )
+    return data_collator

@@ -28,7 +28,7 @@ from ..decoding.config import JacobiConfig
 from .adapter_switch import AdapterSwitch
 from .collator import CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
-from .dataset import CollatorEpoch, pad_token_id, training_datasets
+from .dataset import CollatorEpoch, training_collator, training_datasets
 from .frozen_base import prepare_frozen_base
 from .frozen_casts import FrozenWeightCasts, cached_cast_dtype
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
@@ -89,16 +89,16 @@ class JacobiForcingTrainer(SFTTrainer):
         if processing_class is None:
             name = model if isinstance(model, str) else get_config_model_id(model.config)
             processing_class = AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
-        if data_collator is None:
-            data_collator = JacobiForcingCollator.from_config(args, pad_token_id(processing_class, args.pad_token))
-        elif not isinstance(data_collator, JacobiForcingCollator):
-            raise TypeError(
-                f"data_collator must be a JacobiForcingCollator (the losses index the packed layout it builds), got "
-                f"{type(data_collator).__name__}; pass None to build one from args."
-            )
-        lengths = args.length_column_name if args.train_sampling_strategy in LENGTH_STRATEGIES else None
-        sets = (train_dataset, eval_dataset, anchor_dataset, data_collator, args.base_kl_weight, lengths)
-        train_dataset, eval_dataset, trained_block_size = training_datasets(*sets, args.drop_looping_trajectories)
+        data_collator = training_collator(data_collator, args, processing_class)
+        train_dataset, eval_dataset, trained_block_size = training_datasets(
+            train_dataset,
+            eval_dataset,
+            anchor_dataset,
+            data_collator,
+            args.base_kl_weight,
+            args.length_column_name if args.train_sampling_strategy in LENGTH_STRATEGIES else None,
+            drop_looping=args.drop_looping_trajectories,
+        )
         if args.stop_after_steps is not None:
             callbacks = [*(callbacks or []), StopAfterSteps(args.stop_after_steps)]
         super().__init__(
