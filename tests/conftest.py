@@ -8,6 +8,7 @@ import pytest
 from hypothesis import settings
 
 from fake_hub import fake_hub  # noqa: F401  (a fixture: pytest finds it here, so tests need no import)
+from test_training import trajectories  # noqa: F401  (a fixture: a tiny model's trajectories, one per module)
 
 # Property tests check values, never time: on a loaded machine one example of a cheap string property can take over
 # hypothesis' default 200 ms deadline and fail the suite with DeadlineExceeded, which says nothing about the code.

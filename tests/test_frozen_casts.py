@@ -9,7 +9,7 @@ from peft import LoraConfig, get_peft_model
 
 from hf_jacobi import JacobiForcingConfig, JacobiForcingTrainer
 from hf_jacobi.training.frozen_casts import FrozenWeightCasts, cached_cast_dtype
-from test_training import config, trajectories  # noqa: F401  (trajectories is a fixture)
+from test_training import config
 from tiny_models import fresh_tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "gate_proj"], task_type="CAUSAL_LM")
@@ -72,7 +72,7 @@ def test_the_cast_dtype_follows_mixed_precision_and_never_a_sharded_run(tmp_path
     assert cached_cast_dtype(plain, sharded=False) is None
 
 
-def bf16_trainer(tmp_path, trajectories, lora: bool, cache: bool = True, steps: int = 3) -> JacobiForcingTrainer:  # noqa: F811
+def bf16_trainer(tmp_path, trajectories, lora: bool, cache: bool = True, steps: int = 3) -> JacobiForcingTrainer:
     """A bf16 run on the CPU with the KL anchor: a LoRA run's base is its adapter switched off, a full fine-tune's a
     frozen copy of the model."""
     args = config(tmp_path, bf16=True, base_kl_weight=10.0, gradient_accumulation_steps=2, max_steps=steps)
@@ -89,7 +89,7 @@ def bf16_trainer(tmp_path, trajectories, lora: bool, cache: bool = True, steps: 
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
-def test_bf16_training_with_the_cache_is_bitwise_the_run_without_it(tmp_path, trajectories, lora):  # noqa: F811
+def test_bf16_training_with_the_cache_is_bitwise_the_run_without_it(tmp_path, trajectories, lora):
     """The same losses at every step and the same trained weights, and float32 weights after training. A LoRA run
     casts its frozen base; a full fine-tune trains every weight and casts its anchor's frozen copy."""
     cached = bf16_trainer(tmp_path / "cached", trajectories, lora)
@@ -106,7 +106,7 @@ def test_bf16_training_with_the_cache_is_bitwise_the_run_without_it(tmp_path, tr
     assert {value.dtype for value in trained.values()} == {torch.float32}
 
 
-def test_a_full_fine_tunes_anchor_runs_under_the_models_autocast(tmp_path, trajectories):  # noqa: F811
+def test_a_full_fine_tunes_anchor_runs_under_the_models_autocast(tmp_path, trajectories):
     """At the first step the model is its base, and both runs compute the anchor's base forward alike: a LoRA run
     through the prepared model (autocast), a full fine-tune through its frozen copy, which accelerate does not wrap.
     The two first anchors agree only if the copy runs under the same autocast (in float32 it drifted from the

@@ -11,7 +11,7 @@ import torch
 from hf_jacobi import JacobiForcingCollator, JacobiForcingTrainer
 from hf_jacobi.training.dataset import with_anchor_texts
 from hf_jacobi.training.sampling import LengthGroupedEpochSampler, packed_lengths, with_packed_lengths
-from test_training import assert_resume_matches_uninterrupted, config, trajectories  # noqa: F401  (trajectories is a fixture)
+from test_training import assert_resume_matches_uninterrupted, config
 from tiny_models import PAD, fresh_tiny_model, tiny_tokenizer
 
 
@@ -24,7 +24,7 @@ def varied_texts(count: int = 12) -> datasets.Dataset:
 
 
 @pytest.mark.parametrize("max_length", [None, 12, 40])
-def test_packed_lengths_are_what_the_collator_packs(trajectories, max_length):  # noqa: F811
+def test_packed_lengths_are_what_the_collator_packs(trajectories, max_length):
     """Trajectories (blocks cut at max_length) and anchor texts (cut at max_length) alike."""
     collator = JacobiForcingCollator(pad_token_id=PAD, noise_window=4, max_length=max_length)
     rows = with_anchor_texts(trajectories, varied_texts())
@@ -37,7 +37,7 @@ def test_packed_lengths_are_what_the_collator_packs(trajectories, max_length):  
     assert added["length"] == expected  # a column of that name is replaced
 
 
-def _trainer(tmp_path, trajectories, strategy: str, **overrides) -> JacobiForcingTrainer:  # noqa: F811
+def _trainer(tmp_path, trajectories, strategy: str, **overrides) -> JacobiForcingTrainer:
     return JacobiForcingTrainer(
         fresh_tiny_model("llama"),
         args=config(tmp_path, train_sampling_strategy=strategy, base_kl_weight=1.0, **overrides),
@@ -47,7 +47,7 @@ def _trainer(tmp_path, trajectories, strategy: str, **overrides) -> JacobiForcin
     )
 
 
-def test_group_by_length_pads_less_than_random_and_reads_every_row_once(tmp_path, trajectories):  # noqa: F811
+def test_group_by_length_pads_less_than_random_and_reads_every_row_once(tmp_path, trajectories):
     grouped = _trainer(tmp_path / "grouped", trajectories, "group_by_length")
     sampler = grouped._get_train_sampler()
     assert isinstance(sampler, LengthGroupedEpochSampler)
@@ -75,7 +75,7 @@ def test_group_by_length_pads_less_than_random_and_reads_every_row_once(tmp_path
     assert first["input_ids"].shape[1] == max(lengths)
 
 
-def test_a_run_resumed_mid_epoch_reads_the_batches_an_uninterrupted_run_reads(tmp_path, trajectories):  # noqa: F811
+def test_a_run_resumed_mid_epoch_reads_the_batches_an_uninterrupted_run_reads(tmp_path, trajectories):
     """16 rows, batch 2: 8 steps an epoch, the break at step 10, in the second epoch (transformers' own sampler draws
     that epoch's order from the global random state, which the resumed run has not advanced through the first)."""
     settings = dict(max_steps=12, save_strategy="steps", save_steps=10, noise_schedule="random")
@@ -86,7 +86,7 @@ def test_a_run_resumed_mid_epoch_reads_the_batches_an_uninterrupted_run_reads(tm
     assert_resume_matches_uninterrupted(make, tmp_path, break_at=10, compared=2)
 
 
-def test_evaluation_reads_length_grouped_batches_too(tmp_path, trajectories):  # noqa: F811
+def test_evaluation_reads_length_grouped_batches_too(tmp_path, trajectories):
     """transformers groups evaluation batches by the same column; without it, it would look for `input_ids`."""
     trainer = JacobiForcingTrainer(
         fresh_tiny_model("llama"),

@@ -14,7 +14,7 @@ import torch
 from transformers import TrainerCallback
 
 from hf_jacobi import JacobiForcingTrainer
-from test_training import config, trajectories, trajectory_folder  # noqa: F401  (trajectories is a fixture)
+from test_training import config, trajectory_folder
 from tiny_models import fresh_tiny_model, tiny_tokenizer
 
 KILL_TARGET = Path(__file__).parent / "kill_targets" / "train_until_killed.py"
@@ -40,7 +40,7 @@ def losses(output_dir: Path) -> list[float]:
     return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
 
-def test_a_killed_training_run_resumes_from_its_last_checkpoint_on_the_same_curve(tmp_path, trajectories):  # noqa: F811
+def test_a_killed_training_run_resumes_from_its_last_checkpoint_on_the_same_curve(tmp_path, trajectories):
     data = trajectory_folder(trajectories, tmp_path / "trajectories")
     killed = tmp_path / "killed"
     spec = {"trajectories": str(data), "output_dir": str(killed), "kill_at_step": KILL_AT_STEP, "config": SETTINGS}
