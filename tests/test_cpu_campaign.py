@@ -177,3 +177,53 @@ def test_tiny_cpu_campaign_runs_its_plan_to_the_end_and_then_has_nothing_left(tm
     assert script.main([*common, "run", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "every step is done" in out and "[cpu-campaign] train" not in out
+
+
+@pytest.mark.integration
+def test_tiny_cpu_campaign_goes_on_in_another_dtype_in_a_second_folder_and_trains_on_both(tmp_path, capsys):
+    """A machine without bfloat16 units goes on in float32: a folder refuses another dtype's rows, so they go to
+    `trajectories-float32/`; no prompt is collected twice, and training and the padding count read both folders."""
+    from campaign import training
+
+    from hf_jacobi.data.collection import load_trajectories
+
+    script, common, data, runs = _tiny_campaign(tmp_path, train=6)
+    collect = [*common, "collect", "--batch-size", "2", "--step", "4"]
+    assert script.main([*collect, "--dtype", "bfloat16", "--prompts", "4"]) == 0
+    assert script.main([*collect, "--dtype", "float32", "--prompts", "6"]) == 0
+    order = pq.read_table(data / "train-order.parquet").column("prompt_id").to_pylist()
+    first, second = (load_trajectories(data / name).to_list() for name in ("trajectories", "trajectories-float32"))
+    assert sorted(r["prompt_id"] for r in first) == sorted(order[:4])
+    assert sorted(r["prompt_id"] for r in second) == sorted(order[4:6])
+    models = [json.loads((data / name / "collection.json").read_text())["model"] for name in
+              ("trajectories", "trajectories-float32")]  # fmt: skip
+    assert [m.rsplit(" ", 1)[1] for m in models] == ["(bfloat16)", "(float32)"]
+    steps = [json.loads(line) for line in (data / "progress.jsonl").read_text().splitlines()]
+    assert [(s["dtype"], s["collected"]) for s in steps] == [("bfloat16", 4), ("float32", 6)]
+    assert script.main([*collect, "--dtype", "bfloat16", "--prompts", "6"]) == 0  # all there: nothing again
+    assert len(load_trajectories(data / "trajectories")) == 4 and len(steps) == len(
+        (data / "progress.jsonl").read_text().splitlines()
+    )
+    capsys.readouterr()
+    assert script.main([*common, "status"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"] == 6
+
+    assert script.main([*common, "padding", "--trajectories", "6", "--output", str(tmp_path / "padding.json")]) == 0
+    padding = json.loads((tmp_path / "padding.json").read_text())
+    assert padding["rows"] == padding["anchor_texts"] + 6
+    assert script.main([*common, "train", "--trajectories", "6"]) == 0
+    record = json.loads((runs / "lora-r16-n6" / "jacobi_forcing_training.json").read_text())
+    flags = training.TINY_FLAGS
+    anchors = int(flags[flags.index("--num_anchor_texts") + 1])
+    assert record["trajectories"] == 6 + anchors  # the six trajectories of both folders, and the anchor texts
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_cpu_has_its_units(monkeypatch):
+    script = _script()
+    from hf_jacobi.decoding import cpu_info
+
+    for units, expected in (("amx", "bfloat16"), ("avx512_bf16", "bfloat16"), (None, "float32")):
+        monkeypatch.setattr(cpu_info, "bfloat16_units", lambda units=units: units)
+        assert script.resolve_dtype("auto") == expected
+        assert script.cpu_precision_flags() == ["--bf16", "true" if units else "false"]
+    assert script.resolve_dtype("float16") == "float16"

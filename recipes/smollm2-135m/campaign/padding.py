@@ -27,14 +27,14 @@ def _padded(lengths: list[int], order: list[int], batch: int) -> int:
 
 
 def padding_report(
-    recipe: Path, trajectories: Path, order: Path, count: int, tokenizer: Any, batch: int, accumulation: int
+    recipe: Path, trajectories: list[Path], order: Path, count: int, tokenizer: Any, batch: int, accumulation: int
 ) -> dict[str, Any]:
     """Real and padded tokens of one epoch of the first `count` prompts' trajectories (and the recipe's anchor texts)
     under random batches and length-grouped ones, at micro-batches of `batch` (`accumulation` a step) and the recipe's
     seed."""
     settings = yaml.safe_load(recipe.read_text())
     script = TrainScriptArguments(
-        trajectories=[str(trajectories)],
+        trajectories=[str(folder) for folder in trajectories],
         trajectory_prompts=[str(order)],
         num_trajectory_prompts=[count],
         anchor_texts=settings.get("anchor_texts"),
