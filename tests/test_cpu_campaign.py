@@ -225,5 +225,8 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_has_its_units(monkeypatch):
     for units, expected in (("amx", "bfloat16"), ("avx512_bf16", "bfloat16"), (None, "float32")):
         monkeypatch.setattr(cpu_info, "bfloat16_units", lambda units=units: units)
         assert script.resolve_dtype("auto") == expected
-        assert script.cpu_precision_flags() == ["--bf16", "true" if units else "false"]
+        batch, accumulation = (4, 8) if units else (2, 16)
+        assert script.cpu_batching() == (batch, accumulation) and batch * accumulation == script.CPU_ROWS_PER_STEP
+        flags = ["--bf16", "true" if units else "false", "--per_device_train_batch_size", str(batch)]
+        assert script.cpu_precision_flags() == [*flags, "--gradient_accumulation_steps", str(accumulation)]
     assert script.resolve_dtype("float16") == "float16"

@@ -36,17 +36,15 @@ from campaign.scaling import SHIPPED_RUN, run_name  # standard library only at i
 
 ROOT = Path(__file__).resolve().parent
 SAVE_EVERY_S = 20 * 60
+CPU_ROWS_PER_STEP = 32
+"""The recipe's 16 x 2 rows a step, as micro-batches that fit 24 GiB (`cpu_batching`)."""
 CPU_BATCH_SIZE, CPU_ACCUMULATION = 4, 8
-"""The recipe's 32 rows a step as 8 micro-batches of 4: batches grouped by length put the longest rows (anchor texts
-of ~1,500 tokens) in one batch, and what a training forward keeps for backward grows with rows x length^2 (the
-attention of 30 layers) and rows x length x vocabulary (the logits): at 16 and at 8 rows the first step outgrew a
-24 GiB machine (killed); at 4 it peaks near 17 GB. The losses are divided by item counts over the accumulated batch,
-so the step is the same."""
+"""Under bfloat16 autocast, 8 micro-batches of 4: batches grouped by length put the longest rows (anchor texts of
+~1,500 tokens) in one batch, and what a training forward keeps for backward grows with rows x length^2 (the attention
+of 30 layers) and rows x length x vocabulary (the logits): at 16 and at 8 rows the first step outgrew a 24 GiB machine
+(killed); at 4 it peaks near 17 GB. The losses are divided by item counts over the accumulated batch, so the step is
+the same."""
 CPU_TRAIN_FLAGS = [
-    "--per_device_train_batch_size",
-    str(CPU_BATCH_SIZE),
-    "--gradient_accumulation_steps",
-    str(CPU_ACCUMULATION),
     "--use_cpu",
     "true",
     "--dataloader_num_workers",
@@ -58,11 +56,30 @@ CPU_TRAIN_FLAGS = [
 ]
 
 
+def cpu_batching() -> tuple[int, int]:
+    """(micro-batch, accumulation) of a step's 32 rows on this CPU: 4 x 8 under bfloat16 autocast, 2 x 16 in float32,
+    whose activations take twice the bytes (4 rows would peak past 24 GiB). The length-grouped order is drawn over the
+    step's 32 rows whatever the split (`LengthGroupedEpochSampler`), so a run resumed on a machine of the other kind
+    trains the same rows in each step."""
+    batch = CPU_BATCH_SIZE if resolve_dtype("auto") == "bfloat16" else CPU_BATCH_SIZE // 2
+    return batch, CPU_ROWS_PER_STEP // batch
+
+
 def cpu_precision_flags() -> list[str]:
     """bfloat16 autocast where the CPU has bfloat16 units (about twice float32's training speed there), float32
-    where it has none: there bfloat16 is emulated, and a forward runs ~6x slower than float32's (`resolve_dtype`). A
-    run resumed on another machine goes on in that machine's precision; its optimizer state is float32 in both."""
-    return ["--bf16", "true" if resolve_dtype("auto") == "bfloat16" else "false"]
+    where it has none: there bfloat16 is emulated, and a forward runs ~5x slower than float32's (`resolve_dtype`);
+    with the micro-batches of `cpu_batching`. A run resumed on another machine goes on in that machine's precision;
+    its optimizer state is float32 in both."""
+    batch, accumulation = cpu_batching()
+    bf16 = "true" if resolve_dtype("auto") == "bfloat16" else "false"
+    return [
+        "--bf16",
+        bf16,
+        "--per_device_train_batch_size",
+        str(batch),
+        "--gradient_accumulation_steps",
+        str(accumulation),
+    ]
 
 
 RESUME_FLAGS = [
@@ -98,7 +115,7 @@ class Layout:
         """Where a collection in `dtype` goes: the first folder while it is empty or was collected in `dtype`, else
         `trajectories-<dtype>/`. Why a second folder: a folder records the model it was collected with, dtype
         included, and refuses rows of another (the same weights decode to other trajectories in another dtype), while
-        a machine without bfloat16 units, where a bfloat16 forward runs ~6x slower than float32's, goes on in float32;
+        a machine without bfloat16 units, where a bfloat16 forward runs ~5x slower than float32's, goes on in float32;
         training reads every folder as one set (`hf-jacobi train --trajectories A B`), since it trains on the base
         model's own fixed points in either dtype."""
         from hf_jacobi.data.shards import SETTINGS_FILE
@@ -144,8 +161,8 @@ def collection_model(layout: Layout, dtype: str) -> str:
 
 def resolve_dtype(dtype: str) -> str:
     """`auto`: bfloat16 where the CPU has bfloat16 units (AMX or AVX-512 BF16), else float32, where bfloat16 is
-    emulated (on a 2-core AMD EPYC with AVX2 only, a forward of 8 x 128 tokens ran 52 tokens/s in bfloat16 against 313
-    in float32); any other value as given."""
+    emulated (on a 2-core AMD EPYC with AVX2 only, a forward of 8 x 128 tokens took 19.3 s in bfloat16 against 3.96 s
+    in float32: `docs/results/campaign-cpu/dtype/`); any other value as given."""
     if dtype != "auto":
         return dtype
     from hf_jacobi.decoding.cpu_info import bfloat16_units
@@ -523,8 +540,8 @@ def padding(args: argparse.Namespace) -> int:
         layout.order,
         args.trajectories,
         tokenizer,
-        CPU_BATCH_SIZE,
-        CPU_ACCUMULATION,
+        batch := args.micro_batch or cpu_batching()[0],
+        CPU_ROWS_PER_STEP // batch,
     )
     text = json.dumps(report, indent=1)
     print(text)
@@ -568,6 +585,13 @@ def main(argv: list[str] | None = None) -> int:
     pad = commands.add_parser("padding", help="padded tokens of a training epoch, random against grouped batches")
     pad.add_argument("--trajectories", type=int, required=True, help="the first N prompts of the collection order")
     pad.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    pad.add_argument(
+        "--micro-batch",
+        type=int,
+        choices=(1, 2, 4, 8, 16, 32),
+        default=None,
+        help="rows a micro-batch (default: what training runs on this CPU, 4 with bfloat16 units, else 2)",
+    )
     pad.set_defaults(func=padding)
     whole = commands.add_parser("run", help="every step of the campaign not done yet, in order (resumes)")
     whole.add_argument("--minutes", type=float, default=None, help="this sitting's time (default: to the end)")
