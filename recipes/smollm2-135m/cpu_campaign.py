@@ -58,9 +58,9 @@ CPU_TRAIN_FLAGS = [
 
 def cpu_batching() -> tuple[int, int]:
     """(micro-batch, accumulation) of a step's 32 rows on this CPU: 4 x 8 under bfloat16 autocast, 2 x 16 in float32,
-    whose activations take twice the bytes (4 rows would peak past 24 GiB). The length-grouped order is drawn over the
-    step's 32 rows whatever the split (`LengthGroupedEpochSampler`), so a run resumed on a machine of the other kind
-    trains the same rows in each step."""
+    whose saved activations take twice the bytes (4 rows would need about twice bfloat16's ~17 GB peak). The
+    length-grouped order is drawn over the step's 32 rows whatever the split (`LengthGroupedEpochSampler`), so a run
+    resumed on a machine of the other kind trains the same rows in each step."""
     batch = CPU_BATCH_SIZE if resolve_dtype("auto") == "bfloat16" else CPU_BATCH_SIZE // 2
     return batch, CPU_ROWS_PER_STEP // batch
 
