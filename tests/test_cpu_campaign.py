@@ -206,7 +206,9 @@ def test_tiny_cpu_campaign_goes_on_in_another_dtype_in_a_second_folder_and_train
     )
     capsys.readouterr()
     assert script.main([*common, "status"]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"] == 6
+    status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert status["rows"] == 6 and status["folders"] == {"trajectories": 4, "trajectories-float32": 2}
+    assert [key.rsplit(", ", 1)[1] for key in status["tokens_per_s"]] == ["bfloat16", "float32"]
 
     assert script.main([*common, "padding", "--trajectories", "6", "--output", str(tmp_path / "padding.json")]) == 0
     padding = json.loads((tmp_path / "padding.json").read_text())

@@ -499,8 +499,8 @@ def status(args: argparse.Namespace) -> int:
     )
     timed = [s for s in steps if "note" not in s]  # a noted step was paused (the machine timed other work)
     seconds = sum(s["seconds"] for s in timed)
-    rate = sum(s["tokens"] for s in timed) / seconds if seconds else 0.0
-    report = {"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": round(rate, 1)}
+    report = {"rows": rows, "tokens": tokens, "logged_seconds": round(seconds), "tokens_per_s": _rates(timed)}
+    report["folders"] = {folder.name: len(_collected_ids([folder])) for folder in layout.trajectory_folders}
     report["checkpoints"] = sorted(str(p.relative_to(layout.data)) for p in layout.checkpoints.glob("*/checkpoint-*"))
     report["trained"] = sorted(p.name for p in layout.adapters.iterdir()) if layout.adapters.is_dir() else []
     report["training"] = _unfinished_runs(layout, set(report["trained"]))
@@ -509,6 +509,15 @@ def status(args: argparse.Namespace) -> int:
     report["plan_left"] = [" ".join(map(str, filter(None, step))) for step in steps_left if not _done(layout, *step)]
     print(json.dumps(report))
     return 0
+
+
+def _rates(steps: list[dict]) -> dict[str, float]:
+    """Answer tokens per second over `steps`, per machine and dtype (what the rate depends on)."""
+    totals: dict[str, list[float]] = {}
+    for step in steps:
+        total = totals.setdefault(f"{step.get('machine', '?')}, {step['dtype']}", [0.0, 0.0])
+        total[0], total[1] = total[0] + step["tokens"], total[1] + step["seconds"]
+    return {key: round(tokens / seconds, 1) for key, (tokens, seconds) in totals.items() if seconds}
 
 
 def _unfinished_runs(layout: Layout, trained: set[str]) -> dict[str, str]:
