@@ -118,7 +118,7 @@ def _check_resume(first_out: Path, first_work: Path, root: Path) -> None:
 def _check_training_deadline(work: Path, run: Path) -> None:
     from campaign import training
 
-    arguments = training.train_arguments("lora-r16", work / "trajectories", run, str(work / "tiny-model"), tiny=True)
+    arguments = training.train_arguments("lora-r16", [work / "trajectories"], run, str(work / "tiny-model"), tiny=True)
     assert training.run_variant(arguments, deadline=time.time() - 1) == 0
     weights, steps = training.newest_weights(run)
     assert weights == run and steps == 1

@@ -147,7 +147,7 @@ class Campaign:
     # -- stage 3 ---------------------------------------------------------------------------------------------------
 
     def _train_job(self, name: str, run: Path, deadline: float, share: int) -> Job:
-        arguments = training.train_arguments(name, self.work / "trajectories", run, self.model, self.tiny)
+        arguments = training.train_arguments(name, [self.work / "trajectories"], run, self.model, self.tiny)
         argv = [sys.executable, str(SCRIPT), "train-worker", "--deadline", str(deadline), "--", *arguments]
 
         def call() -> int:  # inline: the runs take turns, each with its share of what is left

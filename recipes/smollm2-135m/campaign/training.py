@@ -144,10 +144,9 @@ def variant_flags(name: str) -> list[str]:
     return VARIANTS[base] + flags
 
 
-def train_arguments(name: str, trajectories: Path | Sequence[Path], run: Path, model: str, tiny: bool) -> list[str]:
-    """The `hf-jacobi train` arguments of one variant, on one trajectory folder or several (read as one set)."""
-    folders = [trajectories] if isinstance(trajectories, Path) else list(trajectories)
-    arguments = ["--config", str(RECIPE), "--trajectories", *map(str, folders), "--output_dir", str(run)]
+def train_arguments(name: str, trajectories: Sequence[Path], run: Path, model: str, tiny: bool) -> list[str]:
+    """The `hf-jacobi train` arguments of one variant, on its trajectory folders (read as one set)."""
+    arguments = ["--config", str(RECIPE), "--trajectories", *map(str, trajectories), "--output_dir", str(run)]
     arguments += ["--model_name_or_path", model, *variant_flags(name)]
     return arguments + (TINY_FLAGS if tiny else GPU_FLAGS)
 
