@@ -4,6 +4,7 @@ hand-made judge outputs: the HumanEval evaluation joins its run's row, and the c
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -90,6 +91,26 @@ def test_scaling_curve_orders_runs_by_prompts_and_bolds_only_targets_met(tmp_pat
     assert "| base | 0 | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.000x | True |" in table  # the base meets nothing
     assert json.loads((tmp_path / "results" / "scaling.json").read_text()) == curve
     assert (tmp_path / "results" / "scaling.png").stat().st_size > 0
+
+
+def test_a_variants_trend_is_its_gain_per_doubling_and_the_data_that_would_meet_the_target(tmp_path):
+    def points(gain: float, sizes=(1000, 2000, 4000)) -> list[dict]:
+        return [{"prompts": n, "tokens_per_forward": {"plain": 1.0 + gain * math.log2(n / 1000)}} for n in sizes]
+
+    rising = scaling.trend(points(0.1), "plain", 1.6)
+    assert rising["sizes"] == [1000, 2000, 4000]
+    assert rising["per_doubling"] == pytest.approx(0.1)
+    assert rising["prompts_for_target"] == pytest.approx(64_000)  # six doublings past 1,000 at 0.1 each
+    noisy = [*points(0.1), {"prompts": 2000, "tokens_per_forward": {"plain": 1.1}}]  # a size counts once
+    assert scaling.trend(noisy, "plain", 1.6)["sizes"] == [1000, 2000, 4000]
+    assert scaling.trend(points(-0.1), "plain", 1.6)["prompts_for_target"] is None  # falling: never
+    assert scaling.trend(points(0.1, sizes=(2000,)), "plain", 1.6) is None  # one size: no line
+    curve = scaling.write_curve(_judged(tmp_path), tmp_path / "results")
+    lines = curve["trends"]["lora-r16"]
+    assert lines["plain"]["per_doubling"] == pytest.approx(0.4 / math.log2(2.5))
+    assert lines["both"]["prompts_for_target"] is None and lines["humaneval-b8-plain"] is None
+    assert "Trend of lora-r16 over its 2 sizes (2,000, 5,000;" in scaling.markdown(curve).splitlines()[-1]
+    assert "2 blocks + recycling, block 16 +0.000 per doubling (never at that rate)" in scaling.markdown(curve)
 
 
 def test_run_names_must_carry_their_prompt_count():

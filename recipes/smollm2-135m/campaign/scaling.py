@@ -4,12 +4,15 @@ prompts whose trajectories it trained on, beside the quality bars it met.
 Why a curve and not a winner alone: the same recipe at 2,000, 5,000 and every prompt says whether data is the lever
 at this model size, which one point cannot. The judge step writes it from the judged rows (`judging.read_judged`)
 after every judge, so it grows with the campaign: `scaling.json` (the figures, what the docs render),
-`scaling.md` (the table) and `scaling.png` (the curve), in the campaign's results folder.
+`scaling.md` (the table) and `scaling.png` (the curve), in the campaign's results folder. Each variant with two
+sizes or more gets a trend (`trend`): its gain per doubling of the data, and how much data would meet each target at
+that rate, which is what "is data the lever" asks.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +75,76 @@ def scaling_points(rows: list[dict[str, Any]]) -> dict[str, Any]:
     shipped = judged.pop(SHIPPED_RUN, None)
     reference = None if shipped is None else _point(shipped, SHIPPED_RUN, SHIPPED_PROMPTS)
     points = [_point(row, *(("base", 0) if row["bars"] is None else run_size(row["name"]))) for row in judged.values()]
-    return {"targets": SPEED_TARGETS, "points": points, "reference": reference}
+    curve = {"targets": SPEED_TARGETS, "points": points, "reference": reference}
+    return {**curve, "trends": trends(curve)}
+
+
+def trend(points: list[dict[str, Any]], key: str, target: float) -> dict[str, Any] | None:
+    """The least-squares line of one variant's tokens per forward (setting `key`) against log2 of its prompts, and
+    the prompts at which that line meets `target` (None where it never does: a slope <= 0). Why log2: a data lever
+    reads as a gain per doubling of the data, and the answer to "is data the lever" is how many doublings the target
+    is away at the measured rate. An extrapolation from few points, said as such where it is printed; None below
+    two distinct sizes."""
+    pairs = sorted(
+        {
+            p["prompts"]: p["tokens_per_forward"][key] for p in points if p["tokens_per_forward"].get(key) is not None
+        }.items()
+    )
+    if len(pairs) < 2:
+        return None
+    xs, ys = [math.log2(prompts) for prompts, _ in pairs], [value for _, value in pairs]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
+    intercept = mean_y - slope * mean_x
+    needed = 2 ** ((target - intercept) / slope) if slope > 0 else None
+    return {
+        "sizes": [prompts for prompts, _ in pairs],
+        "per_doubling": slope,
+        "at_one_prompt": intercept,
+        "prompts_for_target": None if needed is None or needed > 1e18 else needed,
+    }
+
+
+def trends(curve: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`trend` of every variant with two or more sizes on the curve, for each target setting."""
+    variants = sorted({p["variant"] for p in curve["points"]} - {"base"})
+    found = {}
+    for variant in variants:
+        points = [p for p in curve["points"] if p["variant"] == variant]
+        lines = {key: trend(points, key, target) for key, target in curve["targets"].items()}
+        if any(line is not None for line in lines.values()):
+            found[variant] = lines
+    return found
+
+
+def _count(value: float) -> str:
+    """A large count as a reader says it, to three figures: 472,132,036 -> "472 million"."""
+    for size, word in ((1e9, " billion"), (1e6, " million"), (1.0, "")):
+        if value >= size:
+            return f"{float(f'{value / size:.3g}'):,g}{word}"
+    return f"{value:.3g}"
+
+
+def _trend_sentence(curve: dict[str, Any]) -> str:
+    """The trends in words, as an extrapolation: per doubling of the prompts, and where the target would fall."""
+    parts = []
+    for variant, lines in curve.get("trends", {}).items():
+        said = []
+        for key, line in lines.items():
+            if line is None:
+                continue
+            where = (
+                "never at that rate"
+                if line["prompts_for_target"] is None
+                else f"the target at ~{_count(line['prompts_for_target'])} prompts at that rate"
+            )
+            said.append(f"{LABELS[key]} {line['per_doubling']:+.3f} per doubling ({where})")
+        sizes = next(line["sizes"] for line in lines.values() if line is not None)
+        parts.append(
+            f" Trend of {variant} over its {len(sizes)} sizes ({', '.join(f'{n:,}' for n in sizes)}; least squares "
+            f"in log2 of the prompts, an extrapolation): {'; '.join(said)}."
+        )
+    return "".join(parts)
 
 
 def _figure(value: float | None, target: float | None = None) -> str:
@@ -82,7 +154,8 @@ def _figure(value: float | None, target: float | None = None) -> str:
 
 
 def markdown(curve: dict[str, Any]) -> str:
-    """The curve as a table: a bold figure meets its target (at every quality bar only where bars met is full)."""
+    """The curve as a table: a bold figure meets its target (at every quality bar only where bars met is full); then
+    the targets and each variant's trend, in one paragraph (the docs read its last line)."""
     names = " | ".join(LABELS[key] for key in curve["targets"])
     points = curve["points"] + ([curve["reference"]] if curve.get("reference") else [])
     lines = [
@@ -111,12 +184,15 @@ def markdown(curve: dict[str, Any]) -> str:
             " shipped: the adapter the package ships, for reference (LoRA r16, 250 steps on 2,024 trajectories of "
             "other prompts, under half an epoch)."
         )
-    return "\n".join(lines) + f"\n\nTargets (issue 62), at every quality bar: {targets}.{note}\n"
+    return (
+        "\n".join(lines) + f"\n\nTargets (issue 62), at every quality bar: {targets}.{note}{_trend_sentence(curve)}\n"
+    )
 
 
 def plot(curve: dict[str, Any], path: Path) -> Path:
     """One panel per target setting: tokens per forward against prompts trained on, a line per variant (a filled
-    marker where every quality bar is met, a hollow one where not), the base dotted and the target dashed."""
+    marker where every quality bar is met, a hollow one where not) with its log2 trend to the full set (thin dots),
+    the base dotted and the target dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,6 +210,10 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
             points = [p for p in points if p["tokens_per_forward"][key] is not None]
             xs, ys = [p["prompts"] for p in points], [p["tokens_per_forward"][key] for p in points]
             (line,) = axis.plot(xs, ys, "-", label=variant)
+            if (fit := curve.get("trends", {}).get(variant, {}).get(key)) is not None:
+                ends = [min(fit["sizes"]), FULL_SET]
+                fitted = [fit["at_one_prompt"] + fit["per_doubling"] * math.log2(x) for x in ends]
+                axis.plot(ends, fitted, ":", color=line.get_color(), linewidth=1)
             for x, y, p in zip(xs, ys, points, strict=True):
                 full = p["bars"]["met"] == p["bars"]["of"]
                 axis.plot(x, y, "o", color=line.get_color(), markerfacecolor=line.get_color() if full else "white")
