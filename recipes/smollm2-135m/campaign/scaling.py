@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,13 @@ def trend(points: list[dict[str, Any]], key: str, target: float) -> dict[str, An
     )
     if len(pairs) < 2:
         return None
-    xs, ys = [math.log2(prompts) for prompts, _ in pairs], [value for _, value in pairs]
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
-    intercept = mean_y - slope * mean_x
-    needed = 2 ** ((target - intercept) / slope) if slope > 0 else None
+    slope, intercept = statistics.linear_regression([math.log2(n) for n, _ in pairs], [value for _, value in pairs])
+    doublings = (target - intercept) / slope if slope > 0 else None  # log2 of the prompts where the line meets it
     return {
         "sizes": [prompts for prompts, _ in pairs],
         "per_doubling": slope,
         "at_one_prompt": intercept,
-        "prompts_for_target": None if needed is None or needed > 1e18 else needed,
+        "prompts_for_target": None if doublings is None or doublings > 60 else 2**doublings,  # 2**60 ~ 1e18
     }
 
 
