@@ -40,8 +40,21 @@ def _humaneval(base_plain: float, plain: float, identical: bool = True) -> dict:
     return {"base": side(base_plain), "trained": side(plain) | {"humaneval_canonical_nll_vs_base": 0.99}}
 
 
+def _judge_speed(base_plain: float, plain: float, identical: bool = True) -> dict:
+    def side(tpf: float) -> dict:
+        return {
+            "settings": [
+                {"name": "plain", "tokens_per_forward": tpf, "identical_to_greedy": identical},
+                {"name": "both", "tokens_per_forward": tpf * 3, "identical_to_greedy": True},
+            ]
+        }
+
+    return {"base": side(base_plain), "trained": side(plain)}
+
+
 def _judged(tmp_path: Path) -> list[dict]:
-    """A base judge and two runs: n2000 meets every bar, n5000 misses one; only n2000 has its HumanEval file."""
+    """A base judge and two runs: n2000 meets every bar, n5000 misses one; only n2000 has its HumanEval file, only
+    n5000 its evaluation on the judging requests."""
     folders = {name: tmp_path / name for name in ("base", "lora-r16-n2000", "lora-r16-n5000")}
     for folder in folders.values():
         folder.mkdir()
@@ -53,23 +66,45 @@ def _judged(tmp_path: Path) -> list[dict]:
         }
         (folders[name] / "quality.json").write_text(json.dumps(results))
     (folders["lora-r16-n2000"] / judging.HUMANEVAL_FILE).write_text(json.dumps(_humaneval(1.07, 1.2)))
+    (folders["lora-r16-n5000"] / judging.JUDGE_SPEED_FILE).write_text(json.dumps(_judge_speed(1.05, 1.25)))
     return judging.read_judged(list(folders.values()), ["lora-r16-n2000", "lora-r16-n5000"])
 
 
 def test_humaneval_evaluation_joins_its_runs_row_and_gives_the_base_its_side(tmp_path):
     base, first, second = _judged(tmp_path)
     assert base["tokens_per_forward"] == {"plain": 1.07, "both": 3.2, "humaneval-b8-plain": 1.07,
-                                          "humaneval-b8-recycling": 2.14}  # fmt: skip
+                                          "humaneval-b8-recycling": 2.14, "judge-b16-plain": 1.05,
+                                          "judge-b16-both": pytest.approx(3.15)}  # fmt: skip
     assert base["canonical_nll_vs_base"] == 1.0
     assert first["tokens_per_forward"]["humaneval-b8-plain"] == 1.2 and first["canonical_nll_vs_base"] == 0.99
     assert "humaneval-b8-plain" not in second["tokens_per_forward"] and second["canonical_nll_vs_base"] is None
     assert "0.990x" in judging.markdown([base, first, second], {})
 
 
-def test_a_humaneval_output_that_differs_from_greedy_makes_the_row_lossy(tmp_path):
+def test_judging_requests_speed_joins_its_runs_row_beside_the_packages_prompts(tmp_path):
+    _, first, second = _judged(tmp_path)
+    assert second["tokens_per_forward"]["judge-b16-plain"] == 1.25
+    assert second["tokens_per_forward"]["judge-b16-both"] == pytest.approx(3.75)
+    assert second["tokens_per_forward"]["plain"] == 2.1  # quality's own packages figure stays beside it
+    assert "judge-b16-plain" not in first["tokens_per_forward"]
+
+
+def test_judge_speed_runs_hf_jacobi_evaluate_on_the_judging_file_into_the_runs_folder(tmp_path):
+    arguments = judging.JudgeSettings().judge_speed_arguments(None, Path("ad"), Path("judge.parquet"), tmp_path)
+    assert arguments[:3] == ["evaluate", "--prompts", "judge.parquet"]
+    assert arguments[arguments.index("--settings") + 1 : arguments.index("--block_size")] == ["plain", "both"]
+    assert arguments[arguments.index("--adapter") + 1] == "ad" and "--model_name_or_path" not in arguments
+    assert arguments[arguments.index("--output_file") + 1] == str(tmp_path / judging.JUDGE_SPEED_FILE)
+    tiny = judging.JudgeSettings(tiny=True).judge_speed_arguments("tiny", Path("ad"), Path("j.parquet"), tmp_path)
+    assert tiny[-6:] == judging.TINY_JUDGE_SPEED and tiny[tiny.index("--model_name_or_path") + 1] == "tiny"
+
+
+@pytest.mark.parametrize("part", [judging.HUMANEVAL_FILE, judging.JUDGE_SPEED_FILE])
+def test_an_evaluation_that_differs_from_greedy_makes_the_row_lossy(tmp_path, part):
     rows = _judged(tmp_path)
-    assert rows[1]["lossless"]
-    (tmp_path / "lora-r16-n2000" / judging.HUMANEVAL_FILE).write_text(json.dumps(_humaneval(1.07, 1.2, False)))
+    assert rows[1]["lossless"] and rows[2]["lossless"]
+    report = _humaneval(1.07, 1.2, False) if part == judging.HUMANEVAL_FILE else _judge_speed(1.05, 1.2, False)
+    (tmp_path / "lora-r16-n2000" / part).write_text(json.dumps(report))
     assert not judging.read_judged([tmp_path / "lora-r16-n2000"], ["lora-r16-n2000"])[1]["lossless"]
 
 
@@ -84,11 +119,12 @@ def test_scaling_curve_orders_runs_by_prompts_and_bolds_only_targets_met(tmp_pat
     assert points["lora-r16-n2000"]["judge_loops"] == [42, 400]
     assert points["lora-r16-n5000"]["tokens_per_forward"]["humaneval-b8-plain"] is None
     table = (tmp_path / "results" / "scaling.md").read_text()
-    assert "| lora-r16-n2000 | 2,000 | 2/2 | 42/400 | **1.700** | 4.000 | 1.200 | 0.990x | True |" in table
+    assert "| lora-r16-n2000 | 2,000 | 2/2 | 42/400 | **1.700** | 4.000 | 1.200 | - | - | 0.990x | True |" in table
     assert (
-        "| lora-r16-n5000 | 5,000 | 1/2 (not: judge/distinct_3grams) | 42/400 | **2.100** | 4.000 | - | - |" in table
-    )
-    assert "| base | 0 | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.000x | True |" in table  # the base meets nothing
+        "| lora-r16-n5000 | 5,000 | 1/2 (not: judge/distinct_3grams) | 42/400 | **2.100** | 4.000 | - | 1.250 | "
+        "3.750 | - |" in table
+    )  # no target on the judging requests: never bold
+    assert "| base | 0 | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.050 | 3.150 | 1.000x | True |" in table
     assert json.loads((tmp_path / "results" / "scaling.json").read_text()) == curve
     assert (tmp_path / "results" / "scaling.png").stat().st_size > 0
 
@@ -109,6 +145,9 @@ def test_a_variants_trend_is_its_gain_per_doubling_and_the_data_that_would_meet_
     lines = curve["trends"]["lora-r16"]
     assert lines["plain"]["per_doubling"] == pytest.approx(0.4 / math.log2(2.5))
     assert lines["both"]["prompts_for_target"] is None and lines["humaneval-b8-plain"] is None
+    assert lines["judge-b16-plain"] is None  # measured at one size only
+    no_target = scaling.trend(points(0.1), "plain", None)
+    assert no_target["per_doubling"] == pytest.approx(0.1) and no_target["prompts_for_target"] is None
     assert "Trend of lora-r16 over its 2 sizes (2,000, 5,000;" in scaling.markdown(curve).splitlines()[-1]
     assert "2 blocks + recycling, block 16 +0.000 per doubling (never at that rate)" in scaling.markdown(curve)
 

@@ -118,10 +118,18 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     humaneval = json.loads((data / "judged" / "lora-r16-n8" / "evaluate-humaneval.json").read_text())
     assert [s["settings"]["block_size"] for s in humaneval["trained"]["settings"]] == [8, 8]
     assert "lora-r16-n8" in (data / "judged" / "judged.md").read_text()
+    speed = data / "judged" / "lora-r16-n8" / "evaluate-judge.json"
+    assert [s["settings"]["block_size"] for s in json.loads(speed.read_text())["trained"]["settings"]] == [16, 16]
+    # a run judged before a part was added gets that part alone: the quality judge is not run again
+    quality = (data / "judged" / "lora-r16-n8" / "quality.json").stat().st_mtime_ns
+    speed.unlink()
+    assert script.main([*common, "judge", "--run", "lora-r16-n8", "--batch-size", "4"]) == 0
+    assert speed.is_file() and (data / "judged" / "lora-r16-n8" / "quality.json").stat().st_mtime_ns == quality
     curve = json.loads((tmp_path / "results" / "scaling.json").read_text())
     assert [(p["name"], p["prompts"]) for p in curve["points"]] == [("base", 0), ("lora-r16-n8", 8)]
     trained = curve["points"][1]
-    assert all(trained["tokens_per_forward"][key] >= 1.0 for key in curve["targets"]) and trained["lossless"]
+    assert all(value >= 1.0 for value in trained["tokens_per_forward"].values()) and trained["lossless"]
+    assert set(trained["tokens_per_forward"]) == {*curve["targets"], "judge-b16-plain", "judge-b16-both"}
     assert trained["judge_loops"][1] == 2 and trained["canonical_nll_vs_base"] > 0
     assert (tmp_path / "results" / "scaling.png").stat().st_size > 0
     assert script.main([*common, "status"]) == 0

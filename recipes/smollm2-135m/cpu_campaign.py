@@ -355,9 +355,10 @@ def train(args: argparse.Namespace) -> int:
 
 def judge(args: argparse.Namespace) -> int:
     """`hf-jacobi quality` of the base (once) and of `--run`'s final adapter on the judging requests, `requests`
-    and `code-tasks`, with held-out tokens per forward, then `hf-jacobi evaluate` on HumanEval problems (block 8);
-    results in the data folder's `judged/`, with `judged.md`, and the scaling curve in the results folder. Each part
-    is skipped where its file exists, so a judge cut short resumes at the part it was in."""
+    and `code-tasks`, with held-out tokens per forward, then `hf-jacobi evaluate` on HumanEval problems (block 8)
+    and on 64 of the judging requests (block 16); results in the data folder's `judged/`, with `judged.md`, and the
+    scaling curve in the results folder. Each part is skipped where its file exists, so a judge cut short resumes at
+    the part it was in, and a run judged before a part was added gets that part alone."""
     layout = args.layout
     from campaign import judging
     from campaign.lowrank import ADAPTER_FILE
@@ -386,6 +387,8 @@ def judge(args: argparse.Namespace) -> int:
         cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
     if not (output / judging.HUMANEVAL_FILE).is_file():
         cli_main(settings.humaneval_arguments(model, weights, output))
+    if not (output / judging.JUDGE_SPEED_FILE).is_file():
+        cli_main(settings.judge_speed_arguments(model, weights, judge_file, output))
     write_judged(layout)
     return 0
 
@@ -404,8 +407,8 @@ SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_MINUTES = 45.0
 """A judge's quality part is started only with this much of the sitting left (it does not resume: it takes ~40
-minutes a model here, the base's ~40 more the first time); its HumanEval part takes a few minutes."""
-HUMANEVAL_MINUTES = 10.0
+minutes a model here, the base's ~40 more the first time); each `hf-jacobi evaluate` part takes a few minutes."""
+EVALUATE_MINUTES = 12.0
 
 
 CURVE_VARIANT = "lora-r16-kl30"
@@ -440,16 +443,17 @@ def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
         return layout.order.is_file() and _first_collected(layout, n)
     if stage == "train":
         return (layout.adapters / run_name(str(name), n) / "adapter_model.safetensors").is_file()
-    from campaign.judging import HUMANEVAL_FILE
+    from campaign.judging import JUDGE_FILES
 
-    return all((layout.judged / str(name) / file).is_file() for file in ("quality.json", HUMANEVAL_FILE))
+    return all((layout.judged / str(name) / file).is_file() for file in JUDGE_FILES)
 
 
 def _minutes_needed(layout: Layout, stage: str, name: str | None) -> float:
-    """The least time left at which `stage` is started (a judge whose quality part is done needs only HumanEval)."""
+    """The least time left at which `stage` is started (a judge whose quality part is done needs only the
+    evaluations)."""
     if stage != "judge" or layout.tiny:
         return 0.0
-    return HUMANEVAL_MINUTES if (layout.judged / str(name) / "quality.json").is_file() else JUDGE_MINUTES
+    return EVALUATE_MINUTES if (layout.judged / str(name) / "quality.json").is_file() else JUDGE_MINUTES
 
 
 def _plan_total(layout: Layout) -> int:

@@ -2,7 +2,7 @@
 
 Each judge answers the campaign's held-out plain requests (judge.parquet) and the committed `requests` (48) and
 `code-tasks` (32) sets, and times held-out tokens per forward on `packages` test prompts, as the committed quality
-front does. On the GPU the base is judged once, while the variants train, and every variant's judge (one process each,
+front does; the CPU campaign adds HumanEval problems and 64 of the judging requests (`hf-jacobi evaluate`). On the GPU the base is judged once, while the variants train, and every variant's judge (one process each,
 side by side) reuses its figures (`--base-results`), so all share one protocol; run inline (the CPU rehearsal), one
 judge measures the base and every variant. The table adds what a reader needs to weigh a loop count: the
 Wilson 95% interval of each collapse rate (and of code tasks passed), since a few hundred answers leave a wide one.
@@ -39,6 +39,28 @@ TINY_HUMANEVAL = ["--num_prompts", "2", "--max_new_tokens", "16"]
 HUMANEVAL_FILE = "evaluate-humaneval.json"
 HUMANEVAL_SETTINGS = {"plain": "humaneval-b8-plain", "recycling": "humaneval-b8-recycling"}
 """The HumanEval settings' names beside quality's own speed settings (`plain`, `both`: `packages`, block 16)."""
+JUDGE_SPEED = [
+    "--num_prompts",
+    "64",
+    "--settings",
+    "plain",
+    "both",
+    "--block_size",
+    "16",
+    "--max_new_tokens",
+    "128",
+    "--batch_size",
+    "16",
+]
+"""`hf-jacobi evaluate` on the first 64 judging requests, plain and 2 blocks + recycling at block 16, 128 new tokens
+as the judge's answers. Why beside the `packages` speed prompts: those are 16 code prompts, while half the campaign's
+training prompts are plain requests like these, so speed where the data is (and on four times the prompts) is what
+says whether more of it helps; the targets stay on the committed front's prompts."""
+TINY_JUDGE_SPEED = ["--num_prompts", "2", "--max_new_tokens", "16", "--batch_size", "2"]
+JUDGE_SPEED_FILE = "evaluate-judge.json"
+JUDGE_SPEED_SETTINGS = {"plain": "judge-b16-plain", "both": "judge-b16-both"}
+JUDGE_FILES = ("quality.json", HUMANEVAL_FILE, JUDGE_SPEED_FILE)
+"""What a finished judge of one run leaves in its folder (each part skipped where its file is there)."""
 
 
 @dataclass
@@ -63,6 +85,13 @@ class JudgeSettings:
         arguments += ["--model_name_or_path", model] if model is not None else []
         return arguments + (TINY_HUMANEVAL if self.tiny else [])
 
+    def judge_speed_arguments(self, model: str | None, adapter: Path, judge_file: Path, output: Path) -> list[str]:
+        """`hf-jacobi evaluate` of the base and `adapter` on the judging requests, into `output`/JUDGE_SPEED_FILE."""
+        arguments = ["evaluate", "--prompts", str(judge_file), *JUDGE_SPEED, "--adapter", str(adapter)]
+        arguments += ["--dtype", self.dtype, "--output_file", str(output / JUDGE_SPEED_FILE)]
+        arguments += ["--model_name_or_path", model] if model is not None else []
+        return arguments + (TINY_JUDGE_SPEED if self.tiny else [])
+
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (95% for z = 1.96); (0, 1) without trials."""
@@ -86,10 +115,14 @@ def _bar_label(name: str) -> str:
 
 
 def model_row(
-    model: dict[str, Any], targets: dict[str, bool] | None, humaneval: dict[str, Any] | None = None
+    model: dict[str, Any],
+    targets: dict[str, bool] | None,
+    humaneval: dict[str, Any] | None = None,
+    judge_speed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One model's figures from a quality.json entry, with intervals, per-setting tokens per forward and bars met;
-    `humaneval` (its side of an `hf-jacobi evaluate` report) adds the HumanEval settings and the canonical NLL."""
+    `humaneval` (its side of an `hf-jacobi evaluate` report) adds the HumanEval settings and the canonical NLL,
+    `judge_speed` (its side of the evaluation on the judging requests) the settings there."""
     sets = {}
     for name, figures in model["quality"].items():
         answers = figures["answers"]
@@ -114,6 +147,9 @@ def model_row(
             speed[name] = setting["tokens_per_forward"]
             lossless.append(setting["identical_to_greedy"])
         nll = humaneval.get("humaneval_canonical_nll_vs_base", 1.0 if targets is None else None)
+    for setting in [] if judge_speed is None else judge_speed["settings"]:
+        speed[JUDGE_SPEED_SETTINGS.get(setting["name"], f"judge-{setting['name']}")] = setting["tokens_per_forward"]
+        lossless.append(setting["identical_to_greedy"])
     bars = (
         None
         if targets is None
@@ -130,10 +166,12 @@ def model_row(
 def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]]:
     """The base row and each variant's row, from whichever judges' folders finished (hold a quality.json): one judge
     may have measured the base alone, one variant beside the base's figures, or several variants at once. A folder
-    named for a variant may also hold its HumanEval evaluation (HUMANEVAL_FILE), whose base side is the base's."""
+    named for a variant may also hold its HumanEval evaluation (HUMANEVAL_FILE) and its evaluation on the judging
+    requests (JUDGE_SPEED_FILE), whose base sides are the base's."""
     models: dict[str, dict[str, Any]] = {}
     targets: dict[str, dict[str, bool]] = {}
     humaneval: dict[str, dict[str, Any]] = {}
+    judge_speed: dict[str, dict[str, Any]] = {}
     for folder in folders:
         path = folder / "quality.json"
         if path.is_file():
@@ -145,9 +183,15 @@ def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]
             report = json.loads(evaluated.read_text())
             humaneval[folder.name] = report["trained"]
             humaneval.setdefault("base", report["base"])
-    rows = [model_row(models["base"], None, humaneval.get("base"))] if "base" in models else []
+        if (evaluated := folder / JUDGE_SPEED_FILE).is_file():
+            report = json.loads(evaluated.read_text())
+            judge_speed[folder.name] = report["trained"]
+            judge_speed.setdefault("base", report["base"])
+    rows = (
+        [model_row(models["base"], None, humaneval.get("base"), judge_speed.get("base"))] if "base" in models else []
+    )
     return rows + [
-        model_row(models[name], targets[name], humaneval.get(name))
+        model_row(models[name], targets[name], humaneval.get(name), judge_speed.get(name))
         for name in variants
         if name in models and name in targets
     ]

@@ -20,10 +20,15 @@ from typing import Any
 SPEED_TARGETS = {"plain": 1.6, "both": 4.5, "humaneval-b8-plain": 1.5}
 """Issue 62's targets, each to be met at every quality bar: held-out tokens per forward with plain Jacobi and with 2
 blocks + recycling (16 `packages` test prompts, block 16), and plain on 16 HumanEval problems at block 8."""
+JUDGE_SPEEDS = ("judge-b16-plain", "judge-b16-both")
+"""Settings measured without a target: tokens per forward on 64 of the judging requests (`judging.JUDGE_SPEED`), the
+kind of prompt half the training data is, where the targets' `packages` prompts are code."""
 LABELS = {
     "plain": "plain, block 16",
     "both": "2 blocks + recycling, block 16",
     "humaneval-b8-plain": "HumanEval plain, block 8",
+    "judge-b16-plain": "judging requests plain, block 16",
+    "judge-b16-both": "judging requests 2 blocks + recycling",
 }
 FULL_SET = 10_000
 """The x axis runs to the campaign's full set from the first point on, so a partial curve shows how far it has come."""
@@ -53,13 +58,18 @@ def run_size(name: str) -> tuple[str, int]:
     return variant, int(count)
 
 
+def settings() -> list[str]:
+    """Every setting on the curve: the targets' first, then JUDGE_SPEEDS."""
+    return [*SPEED_TARGETS, *JUDGE_SPEEDS]
+
+
 def _point(row: dict[str, Any], variant: str, count: int) -> dict[str, Any]:
     judged = row["sets"].get(JUDGE_SET)
     return {
         "name": row["name"],
         "variant": variant,
         "prompts": count,
-        "tokens_per_forward": {key: row["tokens_per_forward"].get(key) for key in SPEED_TARGETS},
+        "tokens_per_forward": {key: row["tokens_per_forward"].get(key) for key in settings()},
         "bars": row["bars"],
         "judge_loops": None if judged is None else [judged["collapsed"], judged["answers"]],
         "canonical_nll_vs_base": row.get("canonical_nll_vs_base"),
@@ -80,9 +90,9 @@ def scaling_points(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {**curve, "trends": trends(curve)}
 
 
-def trend(points: list[dict[str, Any]], key: str, target: float) -> dict[str, Any] | None:
+def trend(points: list[dict[str, Any]], key: str, target: float | None) -> dict[str, Any] | None:
     """The least-squares line of one variant's tokens per forward (setting `key`) against log2 of its prompts, and
-    the prompts at which that line meets `target` (None where it never does: a slope <= 0). Why log2: a data lever
+    the prompts at which that line meets `target` (None where it never does: a slope <= 0; or without a target). Why log2: a data lever
     reads as a gain per doubling of the data, and the answer to "is data the lever" is how many doublings the target
     is away at the measured rate. An extrapolation from few points, said as such where it is printed; None below
     two distinct sizes."""
@@ -94,7 +104,8 @@ def trend(points: list[dict[str, Any]], key: str, target: float) -> dict[str, An
     if len(pairs) < 2:
         return None
     slope, intercept = statistics.linear_regression([math.log2(n) for n, _ in pairs], [value for _, value in pairs])
-    doublings = (target - intercept) / slope if slope > 0 else None  # log2 of the prompts where the line meets it
+    meets = slope > 0 and target is not None
+    doublings = (target - intercept) / slope if meets else None  # log2 of the prompts where the line meets it
     return {
         "sizes": [prompts for prompts, _ in pairs],
         "per_doubling": slope,
@@ -104,12 +115,12 @@ def trend(points: list[dict[str, Any]], key: str, target: float) -> dict[str, An
 
 
 def trends(curve: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """`trend` of every variant with two or more sizes on the curve, for each target setting."""
+    """`trend` of every variant with two or more sizes on the curve, for each setting (`settings`)."""
     variants = sorted({p["variant"] for p in curve["points"]} - {"base"})
     found = {}
     for variant in variants:
         points = [p for p in curve["points"] if p["variant"] == variant]
-        lines = {key: trend(points, key, target) for key, target in curve["targets"].items()}
+        lines = {key: trend(points, key, curve["targets"].get(key)) for key in settings()}
         if any(line is not None for line in lines.values()):
             found[variant] = lines
     return found
@@ -132,11 +143,13 @@ def _trend_sentence(curve: dict[str, Any]) -> str:
             if line is None:
                 continue
             where = (
-                "never at that rate"
+                ""
+                if key not in curve["targets"]
+                else " (never at that rate)"
                 if line["prompts_for_target"] is None
-                else f"the target at ~{_count(line['prompts_for_target'])} prompts at that rate"
+                else f" (the target at ~{_count(line['prompts_for_target'])} prompts at that rate)"
             )
-            said.append(f"{LABELS[key]} {line['per_doubling']:+.3f} per doubling ({where})")
+            said.append(f"{LABELS[key]} {line['per_doubling']:+.3f} per doubling{where}")
         sizes = next(line["sizes"] for line in lines.values() if line is not None)
         parts.append(
             f" Trend of {variant} over its {len(sizes)} sizes ({', '.join(f'{n:,}' for n in sizes)}; least squares "
@@ -154,12 +167,13 @@ def _figure(value: float | None, target: float | None = None) -> str:
 def markdown(curve: dict[str, Any]) -> str:
     """The curve as a table: a bold figure meets its target (at every quality bar only where bars met is full); then
     the targets and each variant's trend, in one paragraph (the docs read its last line)."""
-    names = " | ".join(LABELS[key] for key in curve["targets"])
+    keys = settings()
+    names = " | ".join(LABELS[key] for key in keys)
     points = curve["points"] + ([curve["reference"]] if curve.get("reference") else [])
     lines = [
         f"| run | prompts | quality bars met | loops on the judging requests | {names} | HumanEval canonical NLL "
         "(x base) | lossless |",
-        "|---|---:|---|---:|" + "---:|" * len(curve["targets"]) + "---:|---|",
+        "|---|---:|---|---:|" + "---:|" * len(keys) + "---:|---|",
     ]
     for point in points:
         bars = point["bars"]
@@ -168,8 +182,8 @@ def markdown(curve: dict[str, Any]) -> str:
             met += f" (not: {', '.join(bars['failed'])})"
         loops = "-" if point["judge_loops"] is None else "{}/{}".format(*point["judge_loops"])
         speeds = " | ".join(
-            _figure(point["tokens_per_forward"][key], target if bars is not None else None)
-            for key, target in curve["targets"].items()
+            _figure(point["tokens_per_forward"].get(key), curve["targets"].get(key) if bars is not None else None)
+            for key in keys
         )
         nll = "-" if point["canonical_nll_vs_base"] is None else f"{point['canonical_nll_vs_base']:.3f}x"
         lines.append(
@@ -188,9 +202,9 @@ def markdown(curve: dict[str, Any]) -> str:
 
 
 def plot(curve: dict[str, Any], path: Path) -> Path:
-    """One panel per target setting: tokens per forward against prompts trained on, a line per variant (a filled
-    marker where every quality bar is met, a hollow one where not) with its log2 trend to the full set (thin dots),
-    the base dotted and the target dashed."""
+    """One panel per setting (`settings`): tokens per forward against prompts trained on, a line per variant (a
+    filled marker where every quality bar is met, a hollow one where not) with its log2 trend to the full set (thin
+    dots), the base dotted and the target, where the setting has one, dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,14 +212,17 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
 
     from hf_jacobi.figures import save_figure
 
-    settings = list(curve["targets"])
-    figure, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 3.6))
+    keys = settings()
+    columns = 3
+    rows = -(-len(keys) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False)
+    axes, spare = list(grid.flat)[: len(keys)], list(grid.flat)[len(keys) :]
     base = next((p for p in curve["points"] if p["variant"] == "base"), None)
     variants = sorted({p["variant"] for p in curve["points"]} - {"base"})
-    for axis, key in zip(axes, settings, strict=True):
+    for axis, key in zip(axes, keys, strict=True):
         for variant in variants:
             points = sorted((p for p in curve["points"] if p["variant"] == variant), key=lambda p: p["prompts"])
-            points = [p for p in points if p["tokens_per_forward"][key] is not None]
+            points = [p for p in points if p["tokens_per_forward"].get(key) is not None]
             xs, ys = [p["prompts"] for p in points], [p["tokens_per_forward"][key] for p in points]
             (line,) = axis.plot(xs, ys, "-", label=variant)
             if (fit := curve.get("trends", {}).get(variant, {}).get(key)) is not None:
@@ -215,16 +232,21 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
             for x, y, p in zip(xs, ys, points, strict=True):
                 full = p["bars"]["met"] == p["bars"]["of"]
                 axis.plot(x, y, "o", color=line.get_color(), markerfacecolor=line.get_color() if full else "white")
-        if base is not None and base["tokens_per_forward"][key] is not None:
+        if base is not None and base["tokens_per_forward"].get(key) is not None:
             axis.axhline(base["tokens_per_forward"][key], color="grey", linestyle=":", label="base")
-        if (shipped := curve.get("reference")) and shipped["tokens_per_forward"][key] is not None:
-            axis.axhline(shipped["tokens_per_forward"][key], color="tab:green", linestyle="-.", label="shipped")
-        axis.axhline(curve["targets"][key], color="tab:red", linestyle="--", label="target")
+        if (shipped := curve.get("reference")) and shipped["tokens_per_forward"].get(key) is not None:
+            axis.axhline(shipped["tokens_per_forward"][key], color="black", linestyle="-.", label="shipped")
+        if not any(p["tokens_per_forward"].get(key) is not None for p in curve["points"]):
+            axis.text(0.5, 0.5, "not measured yet", transform=axis.transAxes, ha="center", color="grey")
+        if key in curve["targets"]:
+            axis.axhline(curve["targets"][key], color="tab:red", linestyle="--", label="target")
         axis.set_xlim(0, 1.05 * max([FULL_SET, *(p["prompts"] for p in curve["points"])]))
         axis.set_title(LABELS[key], fontsize=10)
         axis.set_xlabel("prompts trained on (one epoch)")
         axis.set_ylabel("tokens per forward")
-    axes[0].legend(fontsize=8)
+    for axis in spare:
+        axis.axis("off")
+    (spare[0] if spare else axes[0]).legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="center")
     figure.suptitle("CPU campaign: held-out tokens per forward (hollow: a quality bar missed)", fontsize=10)
     return save_figure(figure, path)
 
