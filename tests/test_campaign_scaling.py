@@ -28,28 +28,29 @@ def _quality(name: str, plain: float, both: float, collapsed: int) -> dict:
     }
 
 
-def _humaneval(base_plain: float, plain: float, identical: bool = True) -> dict:
+def _evaluation(base_plain: float, plain: float, second: tuple[str, float], identical: bool = True) -> dict:
+    """An `hf-jacobi evaluate` report: plain and a `second` (name, multiple of plain) setting on each side."""
+
     def side(tpf: float) -> dict:
+        name, times = second
         return {
             "settings": [
                 {"name": "plain", "tokens_per_forward": tpf, "identical_to_greedy": identical},
-                {"name": "recycling", "tokens_per_forward": tpf * 2, "identical_to_greedy": True},
-            ]
-        }
-
-    return {"base": side(base_plain), "trained": side(plain) | {"humaneval_canonical_nll_vs_base": 0.99}}
-
-
-def _judge_speed(base_plain: float, plain: float, identical: bool = True) -> dict:
-    def side(tpf: float) -> dict:
-        return {
-            "settings": [
-                {"name": "plain", "tokens_per_forward": tpf, "identical_to_greedy": identical},
-                {"name": "both", "tokens_per_forward": tpf * 3, "identical_to_greedy": True},
+                {"name": name, "tokens_per_forward": tpf * times, "identical_to_greedy": True},
             ]
         }
 
     return {"base": side(base_plain), "trained": side(plain)}
+
+
+def _humaneval(base_plain: float, plain: float, identical: bool = True) -> dict:
+    report = _evaluation(base_plain, plain, ("recycling", 2), identical)
+    report["trained"]["humaneval_canonical_nll_vs_base"] = 0.99
+    return report
+
+
+def _judge_speed(base_plain: float, plain: float, identical: bool = True) -> dict:
+    return _evaluation(base_plain, plain, ("both", 3), identical)
 
 
 def _judged(tmp_path: Path) -> list[dict]:

@@ -2,9 +2,10 @@
 
 Each judge answers the campaign's held-out plain requests (judge.parquet) and the committed `requests` (48) and
 `code-tasks` (32) sets, and times held-out tokens per forward on `packages` test prompts, as the committed quality
-front does; the CPU campaign adds HumanEval problems and 64 of the judging requests (`hf-jacobi evaluate`). On the GPU the base is judged once, while the variants train, and every variant's judge (one process each,
-side by side) reuses its figures (`--base-results`), so all share one protocol; run inline (the CPU rehearsal), one
-judge measures the base and every variant. The table adds what a reader needs to weigh a loop count: the
+front does; the CPU campaign adds HumanEval problems and 64 of the judging requests (`hf-jacobi evaluate`). On the
+GPU the base is judged once, while the variants train, and every variant's judge (one process each, side by side)
+reuses its figures (`--base-results`), so all share one protocol; run inline (the CPU rehearsal), one judge measures
+the base and every variant. The table adds what a reader needs to weigh a loop count: the
 Wilson 95% interval of each collapse rate (and of code tasks passed), since a few hundred answers leave a wide one.
 """
 
@@ -59,7 +60,9 @@ says whether more of it helps; the targets stay on the committed front's prompts
 TINY_JUDGE_SPEED = ["--num_prompts", "2", "--max_new_tokens", "16", "--batch_size", "2"]
 JUDGE_SPEED_FILE = "evaluate-judge.json"
 JUDGE_SPEED_SETTINGS = {"plain": "judge-b16-plain", "both": "judge-b16-both"}
-JUDGE_FILES = ("quality.json", HUMANEVAL_FILE, JUDGE_SPEED_FILE)
+EVALUATIONS = {HUMANEVAL_FILE: ("humaneval", HUMANEVAL_SETTINGS), JUDGE_SPEED_FILE: ("judge", JUDGE_SPEED_SETTINGS)}
+"""Each `hf-jacobi evaluate` part of a judge: its file, and the prefix and names its settings take in a row."""
+JUDGE_FILES = ("quality.json", *EVALUATIONS)
 """What a finished judge of one run leaves in its folder (each part skipped where its file is there)."""
 
 
@@ -80,17 +83,17 @@ class JudgeSettings:
 
     def humaneval_arguments(self, model: str | None, adapter: Path, output: Path) -> list[str]:
         """`hf-jacobi evaluate` of the base and `adapter` on HumanEval problems, into `output`/HUMANEVAL_FILE."""
-        arguments = ["evaluate", *HUMANEVAL_GATE, "--adapter", str(adapter), "--dtype", self.dtype]
-        arguments += ["--output_file", str(output / HUMANEVAL_FILE)]
-        arguments += ["--model_name_or_path", model] if model is not None else []
-        return arguments + (TINY_HUMANEVAL if self.tiny else [])
+        return self._evaluate(HUMANEVAL_GATE, TINY_HUMANEVAL, model, adapter, output / HUMANEVAL_FILE)
 
     def judge_speed_arguments(self, model: str | None, adapter: Path, judge_file: Path, output: Path) -> list[str]:
         """`hf-jacobi evaluate` of the base and `adapter` on the judging requests, into `output`/JUDGE_SPEED_FILE."""
-        arguments = ["evaluate", "--prompts", str(judge_file), *JUDGE_SPEED, "--adapter", str(adapter)]
-        arguments += ["--dtype", self.dtype, "--output_file", str(output / JUDGE_SPEED_FILE)]
+        flags = ["--prompts", str(judge_file), *JUDGE_SPEED]
+        return self._evaluate(flags, TINY_JUDGE_SPEED, model, adapter, output / JUDGE_SPEED_FILE)
+
+    def _evaluate(self, flags: list[str], tiny: list[str], model: str | None, adapter: Path, file: Path) -> list[str]:
+        arguments = ["evaluate", *flags, "--adapter", str(adapter), "--dtype", self.dtype, "--output_file", str(file)]
         arguments += ["--model_name_or_path", model] if model is not None else []
-        return arguments + (TINY_JUDGE_SPEED if self.tiny else [])
+        return arguments + (tiny if self.tiny else [])
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
@@ -115,14 +118,11 @@ def _bar_label(name: str) -> str:
 
 
 def model_row(
-    model: dict[str, Any],
-    targets: dict[str, bool] | None,
-    humaneval: dict[str, Any] | None = None,
-    judge_speed: dict[str, Any] | None = None,
+    model: dict[str, Any], targets: dict[str, bool] | None, evaluations: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """One model's figures from a quality.json entry, with intervals, per-setting tokens per forward and bars met;
-    `humaneval` (its side of an `hf-jacobi evaluate` report) adds the HumanEval settings and the canonical NLL,
-    `judge_speed` (its side of the evaluation on the judging requests) the settings there."""
+    `evaluations` (its side of each `hf-jacobi evaluate` report, by EVALUATIONS file) adds their settings, and the
+    HumanEval one the canonical NLL."""
     sets = {}
     for name, figures in model["quality"].items():
         answers = figures["answers"]
@@ -140,16 +140,15 @@ def model_row(
         sets[_set_label(name)] = entry
     speed = {s["name"]: s["tokens_per_forward"] for s in model["speed"]}
     lossless = [s.get("identical_to_greedy", True) for s in model["speed"]]
-    nll = None
-    if humaneval is not None:
-        for setting in humaneval["settings"]:
-            name = HUMANEVAL_SETTINGS.get(setting["name"], f"humaneval-{setting['name']}")
-            speed[name] = setting["tokens_per_forward"]
+    evaluations = evaluations or {}
+    for file, side in evaluations.items():
+        prefix, names = EVALUATIONS[file]
+        for setting in side["settings"]:
+            speed[names.get(setting["name"], f"{prefix}-{setting['name']}")] = setting["tokens_per_forward"]
             lossless.append(setting["identical_to_greedy"])
-        nll = humaneval.get("humaneval_canonical_nll_vs_base", 1.0 if targets is None else None)
-    for setting in [] if judge_speed is None else judge_speed["settings"]:
-        speed[JUDGE_SPEED_SETTINGS.get(setting["name"], f"judge-{setting['name']}")] = setting["tokens_per_forward"]
-        lossless.append(setting["identical_to_greedy"])
+    humaneval = evaluations.get(HUMANEVAL_FILE)
+    unscored = 1.0 if targets is None else None  # the base is its own reference
+    nll = None if humaneval is None else humaneval.get("humaneval_canonical_nll_vs_base", unscored)
     bars = (
         None
         if targets is None
@@ -166,12 +165,11 @@ def model_row(
 def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]]:
     """The base row and each variant's row, from whichever judges' folders finished (hold a quality.json): one judge
     may have measured the base alone, one variant beside the base's figures, or several variants at once. A folder
-    named for a variant may also hold its HumanEval evaluation (HUMANEVAL_FILE) and its evaluation on the judging
-    requests (JUDGE_SPEED_FILE), whose base sides are the base's."""
+    named for a variant may also hold its `hf-jacobi evaluate` reports (EVALUATIONS: HumanEval, the judging
+    requests), whose base sides are the base's."""
     models: dict[str, dict[str, Any]] = {}
     targets: dict[str, dict[str, bool]] = {}
-    humaneval: dict[str, dict[str, Any]] = {}
-    judge_speed: dict[str, dict[str, Any]] = {}
+    evaluated: dict[str, dict[str, dict[str, Any]]] = {}  # model -> evaluate file -> its side of the report
     for folder in folders:
         path = folder / "quality.json"
         if path.is_file():
@@ -179,19 +177,14 @@ def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]
             for model in results["models"]:
                 models.setdefault(model["name"], model)
             targets.update(results.get("targets_met", {}))
-        if (evaluated := folder / HUMANEVAL_FILE).is_file():
-            report = json.loads(evaluated.read_text())
-            humaneval[folder.name] = report["trained"]
-            humaneval.setdefault("base", report["base"])
-        if (evaluated := folder / JUDGE_SPEED_FILE).is_file():
-            report = json.loads(evaluated.read_text())
-            judge_speed[folder.name] = report["trained"]
-            judge_speed.setdefault("base", report["base"])
-    rows = (
-        [model_row(models["base"], None, humaneval.get("base"), judge_speed.get("base"))] if "base" in models else []
-    )
+        for file in EVALUATIONS:
+            if (report_path := folder / file).is_file():
+                report = json.loads(report_path.read_text())
+                evaluated.setdefault(folder.name, {})[file] = report["trained"]
+                evaluated.setdefault("base", {}).setdefault(file, report["base"])
+    rows = [model_row(models["base"], None, evaluated.get("base"))] if "base" in models else []
     return rows + [
-        model_row(models[name], targets[name], humaneval.get(name), judge_speed.get(name))
+        model_row(models[name], targets[name], evaluated.get(name))
         for name in variants
         if name in models and name in targets
     ]

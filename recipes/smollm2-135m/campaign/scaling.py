@@ -17,10 +17,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from campaign.judging import JUDGE_SPEED_SETTINGS
+
 SPEED_TARGETS = {"plain": 1.6, "both": 4.5, "humaneval-b8-plain": 1.5}
 """Issue 62's targets, each to be met at every quality bar: held-out tokens per forward with plain Jacobi and with 2
 blocks + recycling (16 `packages` test prompts, block 16), and plain on 16 HumanEval problems at block 8."""
-JUDGE_SPEEDS = ("judge-b16-plain", "judge-b16-both")
+JUDGE_SPEEDS = tuple(JUDGE_SPEED_SETTINGS.values())
 """Settings measured without a target: tokens per forward on 64 of the judging requests (`judging.JUDGE_SPEED`), the
 kind of prompt half the training data is, where the targets' `packages` prompts are code."""
 LABELS = {
@@ -92,9 +94,9 @@ def scaling_points(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def trend(points: list[dict[str, Any]], key: str, target: float | None) -> dict[str, Any] | None:
     """The least-squares line of one variant's tokens per forward (setting `key`) against log2 of its prompts, and
-    the prompts at which that line meets `target` (None where it never does: a slope <= 0; or without a target). Why log2: a data lever
-    reads as a gain per doubling of the data, and the answer to "is data the lever" is how many doublings the target
-    is away at the measured rate. An extrapolation from few points, said as such where it is printed; None below
+    the prompts at which that line meets `target` (None where it never does: a slope <= 0; or without a target). Why
+    log2: a data lever reads as a gain per doubling of the data, and the answer to "is data the lever" is how many
+    doublings the target is away at the measured rate. An extrapolation from few points, said as such where it is printed; None below
     two distinct sizes."""
     pairs = sorted(
         {
