@@ -268,7 +268,8 @@ def collect(args: argparse.Namespace) -> int:
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "rows": done - rows_before,
             "tokens": tokens - tokens_before,
-            "seconds": round(seconds, 1),
+            # 3 decimals: a tiny step can take under 0.05 s, which one decimal made 0 (status then drops its rate)
+            "seconds": round(seconds, 3),
             "tokens_per_s": round((tokens - tokens_before) / seconds, 1),
             "collected": done,
             "of": len(prompts),
