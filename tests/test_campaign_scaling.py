@@ -98,6 +98,26 @@ def test_judge_speed_runs_hf_jacobi_evaluate_on_the_judging_file_into_the_runs_f
     assert arguments[arguments.index("--output_file") + 1] == str(tmp_path / judging.JUDGE_SPEED_FILE)
     tiny = judging.JudgeSettings(tiny=True).judge_speed_arguments("tiny", Path("ad"), Path("j.parquet"), tmp_path)
     assert tiny[-6:] == judging.TINY_JUDGE_SPEED and tiny[tiny.index("--model_name_or_path") + 1] == "tiny"
+    assert "--base_results" not in arguments
+    reusing = judging.JudgeSettings().judge_speed_arguments(None, Path("ad"), Path("j.parquet"), tmp_path, Path("e"))
+    assert reusing[reusing.index("--base_results") + 1] == "e"
+
+
+def test_the_base_report_is_the_first_earlier_run_in_the_campaigns_dtype(tmp_path):
+    """Reports of the evaluate before it recorded its dtype, of another dtype, or unreadable, are passed over."""
+    settings, file = judging.JudgeSettings(), judging.JUDGE_SPEED_FILE
+    assert settings.base_report(tmp_path, file) is None
+    for name, text in {
+        "a-old": json.dumps({"base": {}}),
+        "b-broken": "{",
+        "c-bf16": json.dumps({"dtype": "bfloat16"}),
+        "d-run": json.dumps({"dtype": "float32"}),
+        "e-run": json.dumps({"dtype": "float32"}),
+    }.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / file).write_text(text)
+    assert settings.base_report(tmp_path, file) == tmp_path / "d-run" / file
+    assert settings.base_report(tmp_path, judging.HUMANEVAL_FILE) is None
 
 
 @pytest.mark.parametrize("part", [judging.HUMANEVAL_FILE, judging.JUDGE_SPEED_FILE])

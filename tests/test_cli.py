@@ -427,6 +427,37 @@ def test_bench_times_the_models_own_jacobi_defaults(tiny_checkpoint: Path, tmp_p
     capsys.readouterr()
 
 
+def test_evaluate_reuses_an_earlier_reports_base_figures(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`--base_results`: a second trained model compared with the base decodes only the base's greedy answers; its
+    report holds the first report's base figures, and a report of another protocol is refused before any model loads."""
+    from hf_jacobi.training import evaluation
+
+    run = ["evaluate", "--model_name_or_path", str(tiny_checkpoint), "--trained_model", str(tiny_checkpoint)]
+    run += ["--prompts", "stdlib", "--num_prompts", "3", "--chat_template", "false", "--block_size", "3"]
+    run += ["--max_new_tokens", "6", "--batch_size", "2", "--settings", "plain", "recycling"]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    assert cli.main([*run, "--output_file", str(first)]) == 0
+    measured = []
+    real = evaluation.measure_setting
+    monkeypatch.setattr(
+        evaluation, "measure_setting", lambda model, name, *a, **k: measured.append(name) or real(model, name, *a, **k)
+    )
+    assert cli.main([*run, "--output_file", str(second), "--base_results", str(first)]) == 0
+    assert measured == ["plain", "recycling"]  # the trained model's settings alone
+    before, after = json.loads(first.read_text()), json.loads(second.read_text())
+    assert before["base_results"] is None and after["base_results"] == str(first)
+    assert before["dtype"] == after["dtype"] == "float32"
+    assert after["base"] == {**before["base"], "reused": True}
+    assert after["trained"] == before["trained"]
+    capsys.readouterr()
+    other = [*run, "--max_new_tokens", "5", "--base_results", str(first)]
+    assert cli.main(other) == 1
+    err = capsys.readouterr().err
+    assert f"--base_results {first} was measured with another protocol (max_new_tokens: 6 there, 5 here)" in err
+
+
 @pytest.mark.parametrize("flag", ["--verify-sizes", "--ngram-sizes"])
 def test_tune_rejects_bad_candidate_sizes(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

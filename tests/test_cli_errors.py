@@ -323,6 +323,14 @@ CASES = {
     "evaluate --adapter and --trained_model": Case(
         ["evaluate", "--adapter", "{tmp}/a", "--trained_model", "{ck}"], "both name the trained model"
     ),
+    "evaluate --base_results without a trained model": Case(
+        ["evaluate", "--base_results", "{tmp}/r.json"], "give --adapter or --trained_model too"
+    ),
+    "evaluate --base_results not a report": Case(
+        [*STEPS["evaluate"][0], *TINY_STEP, "--trained_model", "{ck}", "--base_results", "{tmp}/r.json"],
+        "--base_results {tmp}/r.json: not a report of hf-jacobi evaluate --output_file (KeyError: 'settings')",
+        {"r.json": b'{"model": "x"}'},
+    ),
     "train on trajectories of another model's vocabulary": Case(
         ["train", "--trajectories", "{tmp}/other", *STEPS["train"][0][3:], "--model_name_or_path", "{ck}"],
         "--trajectories {tmp}/other hold token id 200, past the 128-token vocabulary of --model_name_or_path '{ck}': "

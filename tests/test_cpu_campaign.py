@@ -121,10 +121,15 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     speed = data / "judged" / "lora-r16-n8" / "evaluate-judge.json"
     assert [s["settings"]["block_size"] for s in json.loads(speed.read_text())["trained"]["settings"]] == [16, 16]
     # a run judged before a part was added gets that part alone: the quality judge is not run again
+    # and reuses the base's figures of another run's report (here the same report, moved to the base's folder)
     quality = (data / "judged" / "lora-r16-n8" / "quality.json").stat().st_mtime_ns
-    speed.unlink()
+    earlier = speed.rename(data / "judged" / "base" / speed.name)
     assert script.main([*common, "judge", "--run", "lora-r16-n8", "--batch-size", "4"]) == 0
     assert speed.is_file() and (data / "judged" / "lora-r16-n8" / "quality.json").stat().st_mtime_ns == quality
+    again, before = json.loads(speed.read_text()), json.loads(earlier.read_text())
+    assert again["base_results"] == str(earlier) and again["base"] == {**before["base"], "reused": True}
+    assert again["trained"] == before["trained"]
+    earlier.unlink()
     curve = json.loads((tmp_path / "results" / "scaling.json").read_text())
     assert [(p["name"], p["prompts"]) for p in curve["points"]] == [("base", 0), ("lora-r16-n8", 8)]
     trained = curve["points"][1]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.measurement import distinct_ngrams
-from hf_jacobi.training.evaluation import answer_nll, evaluate_model, greedy_answers, measure_setting
+from hf_jacobi.training import evaluation
+from hf_jacobi.training.evaluation import ModelFigures, answer_nll, evaluate_model, greedy_answers, measure_setting
 from tiny_models import EOS, tiny_model
 
 PROMPTS = [[5, 9, 14, 3, 77], [8, 40], [100, 101, 102, 103, 104, 105, 106]]
@@ -72,6 +76,46 @@ def test_figures_count_real_tokens_and_compare_with_greedy():
     other, _ = evaluate_model(tiny_model("qwen3", 1), PROMPTS, {}, max_new_tokens=12, reference_answers=answers)
     assert other.reference_nll > figures.reference_nll
     assert figures.to_dict()["settings"][0]["tokens_per_forward"] == figures.settings[0].tokens_per_forward
+
+
+SETTINGS = {"plain": JacobiConfig(block_size=4), "both": JacobiConfig(block_size=4, num_blocks=2, ngram_pool_size=3)}
+
+
+def test_known_figures_of_the_same_model_are_reused_after_greedy_alone(monkeypatch):
+    """The base of a study measured once: a later run with its report's figures decodes greedy only, and gives the
+    same figures (read back from JSON, as `--base_results` does), marked reused."""
+    model = tiny_model("qwen3", 0)
+    measured, answers = evaluate_model(model, PROMPTS, SETTINGS, max_new_tokens=12, batch_size=2)
+    known = ModelFigures.from_dict(json.loads(json.dumps(measured.to_dict())))
+    assert known == measured and not known.reused
+
+    def no_jacobi(*args, **kwargs):
+        raise AssertionError("a Jacobi setting was decoded again")
+
+    monkeypatch.setattr(evaluation, "measure_setting", no_jacobi)
+    monkeypatch.setattr(evaluation, "answer_nll", no_jacobi)
+    again, same_answers = evaluate_model(model, PROMPTS, SETTINGS, max_new_tokens=12, batch_size=2, known=known)
+    assert again.reused and same_answers == answers
+    assert again.to_dict() == {**measured.to_dict(), "reused": True}
+
+
+def test_known_figures_of_another_model_are_measured_again():
+    """Where the greedy answers disagree with the known figures' (here: another model), nothing is reused."""
+    known, _ = evaluate_model(tiny_model("qwen3", 1), PROMPTS, SETTINGS, max_new_tokens=12, batch_size=2)
+    model = tiny_model("qwen3", 0)
+    fresh, _ = evaluate_model(model, PROMPTS, SETTINGS, max_new_tokens=12, batch_size=2)
+    assert not fresh.same_greedy(known)
+    again, _ = evaluate_model(model, PROMPTS, SETTINGS, max_new_tokens=12, batch_size=2, known=known)
+    assert not again.reused and again == fresh
+
+
+def test_known_figures_are_refused_beside_reference_answers_or_for_other_settings():
+    model = tiny_model("qwen3", 0)
+    known, answers = evaluate_model(model, PROMPTS, SETTINGS, max_new_tokens=4)
+    with pytest.raises(ValueError, match="known or reference_answers"):
+        evaluate_model(model, PROMPTS, SETTINGS, max_new_tokens=4, known=known, reference_answers=answers)
+    with pytest.raises(ValueError, match=r"known figures of settings \['plain', 'both'\], not \['plain'\]"):
+        evaluate_model(model, PROMPTS, {"plain": SETTINGS["plain"]}, max_new_tokens=4, known=known)
 
 
 def test_canonical_solution_nll_scores_humaneval_reference_bodies_after_their_prompts():

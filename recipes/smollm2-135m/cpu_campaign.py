@@ -357,9 +357,10 @@ def train(args: argparse.Namespace) -> int:
 def judge(args: argparse.Namespace) -> int:
     """`hf-jacobi quality` of the base (once) and of `--run`'s final adapter on the judging requests, `requests`
     and `code-tasks`, with held-out tokens per forward, then `hf-jacobi evaluate` on HumanEval problems (block 8)
-    and on 64 of the judging requests (block 16); results in the data folder's `judged/`, with `judged.md`, and the
-    scaling curve in the results folder. Each part is skipped where its file exists, so a judge cut short resumes at
-    the part it was in, and a run judged before a part was added gets that part alone."""
+    and on 32 of the judging requests (block 16), each reusing the base's figures of an earlier run's report where
+    there is one; results in the data folder's `judged/`, with `judged.md`, and the scaling curve in the results
+    folder. Each part is skipped where its file exists, so a judge cut short resumes at the part it was in, and a run
+    judged before a part was added gets that part alone."""
     layout = args.layout
     from campaign import judging
     from campaign.lowrank import ADAPTER_FILE
@@ -387,9 +388,11 @@ def judge(args: argparse.Namespace) -> int:
         arguments = settings.arguments(model, judge_file, output)
         cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
     if not (output / judging.HUMANEVAL_FILE).is_file():
-        cli_main(settings.humaneval_arguments(model, weights, output))
+        earlier = settings.base_report(layout.judged, judging.HUMANEVAL_FILE)
+        cli_main(settings.humaneval_arguments(model, weights, output, earlier))
     if not (output / judging.JUDGE_SPEED_FILE).is_file():
-        cli_main(settings.judge_speed_arguments(model, weights, judge_file, output))
+        earlier = settings.base_report(layout.judged, judging.JUDGE_SPEED_FILE)
+        cli_main(settings.judge_speed_arguments(model, weights, judge_file, output, earlier))
     write_judged(layout)
     return 0
 
@@ -409,7 +412,7 @@ SCALING_POINTS = (2000, 5000)
 JUDGE_MINUTES = 45.0
 """A judge's quality part is started only with this much of the sitting left (it does not resume: it takes ~40
 minutes a model here, the base's ~40 more the first time); each `hf-jacobi evaluate` part takes a few minutes."""
-EVALUATE_MINUTES = 12.0
+EVALUATE_MINUTES = 20.0
 
 
 CURVE_VARIANT = "lora-r16-kl30"

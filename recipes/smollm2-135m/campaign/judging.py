@@ -2,7 +2,7 @@
 
 Each judge answers the campaign's held-out plain requests (judge.parquet) and the committed `requests` (48) and
 `code-tasks` (32) sets, and times held-out tokens per forward on `packages` test prompts, as the committed quality
-front does; the CPU campaign adds HumanEval problems and 64 of the judging requests (`hf-jacobi evaluate`). On the
+front does; the CPU campaign adds HumanEval problems and 32 of the judging requests (`hf-jacobi evaluate`). On the
 GPU the base is judged once, while the variants train, and every variant's judge (one process each, side by side)
 reuses its figures (`--base-results`), so all share one protocol; run inline (the CPU rehearsal), one judge measures
 the base and every variant. The table adds what a reader needs to weigh a loop count: the
@@ -42,7 +42,7 @@ HUMANEVAL_SETTINGS = {"plain": "humaneval-b8-plain", "recycling": "humaneval-b8-
 """The HumanEval settings' names beside quality's own speed settings (`plain`, `both`: `packages`, block 16)."""
 JUDGE_SPEED = [
     "--num_prompts",
-    "64",
+    "32",
     "--settings",
     "plain",
     "both",
@@ -53,10 +53,12 @@ JUDGE_SPEED = [
     "--batch_size",
     "16",
 ]
-"""`hf-jacobi evaluate` on the first 64 judging requests, plain and 2 blocks + recycling at block 16, 128 new tokens
+"""`hf-jacobi evaluate` on the first 32 judging requests, plain and 2 blocks + recycling at block 16, 128 new tokens
 as the judge's answers. Why beside the `packages` speed prompts: those are 16 code prompts, while half the campaign's
-training prompts are plain requests like these, so speed where the data is (and on four times the prompts) is what
-says whether more of it helps; the targets stay on the committed front's prompts."""
+training prompts are plain requests like these, so speed where the data is (and on twice the prompts) is what says
+whether more of it helps; the targets stay on the committed front's prompts. 32, not 64: on the AVX2-only CPU one
+model's two settings at batch 16 took ~7 minutes per 16 prompts each (measured 2026-12-02), and the base's figures
+are measured once (`--base_results`)."""
 TINY_JUDGE_SPEED = ["--num_prompts", "2", "--max_new_tokens", "16", "--batch_size", "2"]
 JUDGE_SPEED_FILE = "evaluate-judge.json"
 JUDGE_SPEED_SETTINGS = {"plain": "judge-b16-plain", "both": "judge-b16-both"}
@@ -81,19 +83,41 @@ class JudgeSettings:
         arguments += ["--model", model] if model is not None else []
         return arguments + (TINY_QUALITY if self.tiny else [])
 
-    def humaneval_arguments(self, model: str | None, adapter: Path, output: Path) -> list[str]:
-        """`hf-jacobi evaluate` of the base and `adapter` on HumanEval problems, into `output`/HUMANEVAL_FILE."""
-        return self._evaluate(HUMANEVAL_GATE, TINY_HUMANEVAL, model, adapter, output / HUMANEVAL_FILE)
+    def humaneval_arguments(
+        self, model: str | None, adapter: Path, output: Path, base_results: Path | None = None
+    ) -> list[str]:
+        """`hf-jacobi evaluate` of the base and `adapter` on HumanEval problems, into `output`/HUMANEVAL_FILE (the
+        base's figures from `base_results`, an earlier run's report, where given)."""
+        file = output / HUMANEVAL_FILE
+        return self._evaluate(HUMANEVAL_GATE, TINY_HUMANEVAL, model, adapter, file, base_results)
 
-    def judge_speed_arguments(self, model: str | None, adapter: Path, judge_file: Path, output: Path) -> list[str]:
-        """`hf-jacobi evaluate` of the base and `adapter` on the judging requests, into `output`/JUDGE_SPEED_FILE."""
+    def judge_speed_arguments(
+        self, model: str | None, adapter: Path, judge_file: Path, output: Path, base_results: Path | None = None
+    ) -> list[str]:
+        """`hf-jacobi evaluate` of the base and `adapter` on the judging requests, into `output`/JUDGE_SPEED_FILE (the
+        base's figures from `base_results` where given)."""
         flags = ["--prompts", str(judge_file), *JUDGE_SPEED]
-        return self._evaluate(flags, TINY_JUDGE_SPEED, model, adapter, output / JUDGE_SPEED_FILE)
+        return self._evaluate(flags, TINY_JUDGE_SPEED, model, adapter, output / JUDGE_SPEED_FILE, base_results)
 
-    def _evaluate(self, flags: list[str], tiny: list[str], model: str | None, adapter: Path, file: Path) -> list[str]:
+    def _evaluate(
+        self, flags: list[str], tiny: list[str], model: str | None, adapter: Path, file: Path, base: Path | None
+    ) -> list[str]:
         arguments = ["evaluate", *flags, "--adapter", str(adapter), "--dtype", self.dtype, "--output_file", str(file)]
         arguments += ["--model_name_or_path", model] if model is not None else []
+        arguments += ["--base_results", str(base)] if base is not None else []
         return arguments + (tiny if self.tiny else [])
+
+    def base_report(self, judged: Path, file: str) -> Path | None:
+        """An earlier run's report `file` under `judged` (one folder a run) whose base figures a new run's evaluation
+        can reuse: the first, by folder name, written in this campaign's dtype (reports written before evaluate
+        recorded its dtype cannot be reused, and are passed over)."""
+        for report in sorted(judged.glob(f"*/{file}")):
+            try:
+                if json.loads(report.read_text(encoding="utf-8")).get("dtype") == self.dtype:
+                    return report
+            except (OSError, ValueError):
+                continue
+        return None
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:

@@ -23,7 +23,7 @@ SPEED_TARGETS = {"plain": 1.6, "both": 4.5, "humaneval-b8-plain": 1.5}
 """Issue 62's targets, each to be met at every quality bar: held-out tokens per forward with plain Jacobi and with 2
 blocks + recycling (16 `packages` test prompts, block 16), and plain on 16 HumanEval problems at block 8."""
 JUDGE_SPEEDS = tuple(JUDGE_SPEED_SETTINGS.values())
-"""Settings measured without a target: tokens per forward on 64 of the judging requests (`judging.JUDGE_SPEED`), the
+"""Settings measured without a target: tokens per forward on 32 of the judging requests (`judging.JUDGE_SPEED`), the
 kind of prompt half the training data is, where the targets' `packages` prompts are code."""
 LABELS = {
     "plain": "plain, block 16",

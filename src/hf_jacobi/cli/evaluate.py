@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from trl import ModelConfig
 
 from ..adapters import apply_adapter
 from ..atomic import check_writable, write_text
 from ..data.prompts import encode_prompts
+from .common import CliError
 from .recipe_args import (
     PromptArguments,
     check_model_arguments,
@@ -18,6 +21,8 @@ from .recipe_args import (
     load_model_and_tokenizer,
     parse_step_arguments,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +43,14 @@ class EvaluateArguments(PromptArguments):
         default=False,
         metadata={"help": "Also score the NLL per token of HumanEval's 164 canonical solutions under each model."},
     )
+    base_results: str | None = field(
+        default=None,
+        metadata={
+            "help": "An earlier --output_file of this command on the same base model, dtype, prompts and settings: "
+            "its base figures are reused instead of measured again (the base's greedy answers are still decoded, as "
+            "the trained model's reference; where they differ from that report's, the base is measured in full)."
+        },
+    )
 
     def __post_init__(self) -> None:
         """Refuses counts a run could not use and two trained models at once, before any model loads."""
@@ -50,12 +63,59 @@ class EvaluateArguments(PromptArguments):
                 f"adapter={self.adapter!r} and trained_model={self.trained_model!r} both name the trained model: "
                 "give one (run evaluate once per trained model)."
             )
+        if self.base_results is not None and self.adapter is None and self.trained_model is None:
+            raise ValueError(
+                f"base_results={self.base_results!r} reuses the base's figures beside a trained model: give --adapter "
+                "or --trained_model too (without one, run without --base_results)."
+            )
+
+
+PROTOCOL = (
+    "prompts",
+    "prompt_split",
+    "prompt_column",
+    "skip_prompts",
+    "num_prompts",
+    "chat_template",
+    "block_size",
+    "settings",
+    "max_new_tokens",
+    "batch_size",
+)
+"""The arguments a report's base figures depend on (with the model and its dtype): `--base_results` reuses a report
+only where all agree. The batch counts: rows of a batch are padded to one another."""
+
+
+def earlier_base(path: str, protocol: dict) -> dict:
+    """The base side of the report at `path` (`--base_results`), refused with a `CliError` unless it reads as this
+    command's report and was measured with the same `protocol` (PROTOCOL's arguments, the model, its dtype, and each
+    Jacobi setting's full configuration)."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        earlier = {key: report["settings"][key] for key in PROTOCOL}
+        earlier |= {"model": report["model"], "dtype": report.get("dtype"), "jacobi": _jacobi(report["base"])}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CliError(
+            f"--base_results {path}: not a report of hf-jacobi evaluate --output_file ({type(error).__name__}: {error})"
+        ) from error
+    changed = sorted(key for key in protocol if earlier.get(key) != protocol[key])
+    if changed:
+        shown = ", ".join(f"{key}: {earlier.get(key)!r} there, {protocol[key]!r} here" for key in changed)
+        raise CliError(f"--base_results {path} was measured with another protocol ({shown}): run without it")
+    return report["base"]
+
+
+def _jacobi(figures: dict) -> dict:
+    """name -> full JacobiConfig dict of a report's settings (fields added since filled with their defaults)."""
+    from ..decoding.config import JacobiConfig
+
+    return {entry["name"]: JacobiConfig(**entry["settings"]).to_dict() for entry in figures["settings"]}
 
 
 def run_evaluate(argv: list[str]) -> int:
     """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
     greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
-    from ..training.evaluation import canonical_solution_nll, evaluate_model
+    from ..training.evaluation import ModelFigures, canonical_solution_nll, evaluate_model
 
     args, model_args = parse_step_arguments("evaluate", (EvaluateArguments, ModelConfig), argv)
     check_model_arguments(model_args, adapter=args.adapter)
@@ -65,14 +125,29 @@ def run_evaluate(argv: list[str]) -> int:
         check_writable(args.output_file, folder=False, what="--output_file")
     prompts = args.load()
     args.prompt_split = args.resolved_split()  # the record names the split read, also where the source chose it
+    protocol = {key: getattr(args, key) for key in PROTOCOL} | {"model": model_args.model_name_or_path}
+    protocol["jacobi"] = {name: config.to_dict() for name, config in settings.items()}
+    # the report is checked before the model loads, and its dtype once the model has (the dtype "auto" resolves to)
+    earlier = None if args.base_results is None else earlier_base(args.base_results, protocol)
     model, tokenizer = load_model_and_tokenizer(model_args)
+    dtype = str(model.dtype).removeprefix("torch.")
+    if earlier is not None:
+        earlier_base(args.base_results, protocol | {"dtype": dtype})
     prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
     measure = {"max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
-    base, base_answers = evaluate_model(model, prompt_ids, settings, **measure)
-    results = {"model": model_args.model_name_or_path, "prompts": args.prompts, "split": args.prompt_split}
+    known = None if earlier is None else ModelFigures.from_dict(earlier)
+    base, base_answers = evaluate_model(model, prompt_ids, settings, known=known, **measure)
+    if earlier is not None and not base.reused:
+        logger.warning(
+            "--base_results %s: the base's greedy answers differ from that report's; measured it", args.base_results
+        )
+    results = {"model": model_args.model_name_or_path, "dtype": dtype, "prompts": args.prompts}
+    results |= {"split": args.prompt_split, "base_results": args.base_results if base.reused else None}
     results["base"] = base.to_dict()
     if args.humaneval_nll:
-        results["base"]["humaneval_canonical_nll"] = canonical_solution_nll(model, tokenizer)
+        reused = earlier.get("humaneval_canonical_nll") if base.reused else None
+        nll = canonical_solution_nll(model, tokenizer) if reused is None else reused
+        results["base"]["humaneval_canonical_nll"] = nll
     trained = None
     if args.adapter:
         trained = apply_adapter(model, args.adapter)

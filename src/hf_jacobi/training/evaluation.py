@@ -9,7 +9,7 @@ token for token against greedy decoding of the same model, batch by batch, as ev
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -47,12 +47,33 @@ class ModelFigures:
     distinct_3grams: float
     reference_nll: float
     settings: list[SettingFigures]
+    reused: bool = False
+    """True where the settings' figures and the NLL were taken from an earlier measurement (`evaluate_model`'s
+    `known`), only the greedy answers decoded again."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
         for entry, setting in zip(data["settings"], self.settings, strict=True):
             entry["tokens_per_forward"] = setting.tokens_per_forward
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelFigures:
+        """The figures `to_dict` wrote (keys it adds, or a report adds beside them, are left out)."""
+        fields = ("name", "settings", "new_tokens", "forwards", "identical_to_greedy")
+        settings = [SettingFigures(**{key: entry[key] for key in fields}) for entry in data["settings"]]
+        return cls(
+            data["prompts"], data["greedy_new_tokens"], data["distinct_3grams"], data["reference_nll"], settings
+        )
+
+    def same_greedy(self, other: ModelFigures) -> bool:
+        """Whether two measurements' greedy answers agree in every figure kept of them (prompts, tokens, distinct
+        3-grams): the test that an earlier measurement is of the same model on the same prompts."""
+        return (self.prompts, self.greedy_new_tokens, self.distinct_3grams) == (
+            other.prompts,
+            other.greedy_new_tokens,
+            other.distinct_3grams,
+        )
 
 
 @torch.inference_mode()
@@ -167,16 +188,29 @@ def evaluate_model(
     max_new_tokens: int,
     batch_size: int = 8,
     reference_answers: list[list[int]] | None = None,
+    known: ModelFigures | None = None,
 ) -> tuple[ModelFigures, list[list[int]]]:
-    """All figures of one model, and its greedy answers (the reference for the next model measured)."""
+    """All figures of one model, and its greedy answers (the reference for the next model measured).
+
+    `known`, figures measured earlier of this model with the same settings (e.g. the base's, which every adapter of
+    a study is compared with), saves all but greedy decoding: when this run's greedy answers agree with them
+    (`same_greedy`), its settings' figures and NLL are taken from `known` (marked `reused`); where they do not (another
+    model, dtype or machine's arithmetic), everything is measured. Its NLL is of the model's own answers, so `known`
+    is refused beside `reference_answers`."""
+    if known is not None and reference_answers is not None:
+        raise ValueError("known figures score the model's own answers: give known or reference_answers, not both")
+    if known is not None and [s.name for s in known.settings] != list(settings):
+        raise ValueError(f"known figures of settings {[s.name for s in known.settings]}, not {list(settings)}")
     model.eval()
     greedy = greedy_outputs(model, prompts, max_new_tokens, batch_size)
     answers = answers_of(greedy)
+    fresh = ModelFigures(len(prompts), sum(len(a) for a in answers), distinct_ngrams(answers), 0.0, [])
+    if known is not None and known.same_greedy(fresh):
+        return replace(known, reused=True), answers
     figures = [
         measure_setting(model, name, config, prompts, max_new_tokens, batch_size, greedy)
         for name, config in settings.items()
     ]
     reference = answers if reference_answers is None else reference_answers
     nll = answer_nll(model, prompts, reference, batch_size)
-    summary = ModelFigures(len(prompts), sum(len(a) for a in answers), distinct_ngrams(answers), nll, figures)
-    return summary, answers
+    return replace(fresh, reference_nll=nll, settings=figures), answers
