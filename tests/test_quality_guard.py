@@ -6,11 +6,13 @@ what a speed-trained model drifts into first (they are the cheapest tokens to ac
 handful of requests one loop more or less is noise (the round-4 adapter, 12 of 48 against the base's 5, ties the
 base on the first request of each category).
 
-The base model's side does not change when an adapter does, so it is not decoded again: its 48 answers are the ones
-`hf-jacobi quality` committed (float32 greedy on CPU is deterministic), their figures recomputed here from the token
-ids. A cheap check keeps that fixture honest: the base, decoded again on the first request of each category (eight
-answers, every category, one of them a loop), must give exactly the committed answers. Decoding the base on all 48
-cost as much as the adapter's side, half of the guard's time.
+Neither side is decoded whole here: both models' 48 answers are the ones `hf-jacobi quality` committed (float32
+greedy on a CPU is deterministic), their figures recomputed from the token ids. Two cheap checks keep that fixture
+honest: the shipped weights must be the ones the adapter's answers were measured on (their SHA-256), and each model,
+decoded again on the first request of each category (eight answers, every category; one of the base's loops), must give
+exactly the committed answers. Decoding the adapter on all 48 took ~190 s of one thread on the AVX2-only 2-core CPU
+(~490 s in `make test` beside another worker), against ~80 s for the whole guard now. Shipping other weights fails the
+guard until their own quality run is committed and named in SHIPPED_RUN, SHIPPED_NAME and SHIPPED_SHA256.
 """
 
 from __future__ import annotations
@@ -27,19 +29,27 @@ BASE_RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "quality-c
 """The `hf-jacobi quality` run that measured the base model (beside the adapter shipped before this one): its
 answers.json holds the base model's answers as token ids (the merged front beside it keeps the base's texts only)."""
 
-ADAPTER_BATCH = 48
-"""The adapter answers all 48 requests in one batch: on a CPU a forward of 48 rows costs far less than six forwards of
-8 (one thread on a busy 2-core machine: 122 s against about 255 s for the set, 175 s at 16). Greedy answers depend on
-the batch only through float32 rounding, and the shipped adapter gives the same 48 answers token for token at 48 as at
-the protocol's 8 (checked when it shipped against its answers in docs/results/quality-cpu/base-scale-kl10-step250; the
-adapter before it, likewise against BASE_RUN)."""
+SHIPPED_RUN = BASE_RUN.parent / "base-scale-kl10-step250"
+"""The `hf-jacobi quality` run of the shipped adapter (beside the base's figures of BASE_RUN): its answers.json holds
+the adapter's answers as token ids, under SHIPPED_NAME."""
+SHIPPED_NAME = "base-scale-kl10-step250"
+SHIPPED_SHA256 = "aa58b601784e43336da00aa0abe8acd32a2355ecaa5fdb8b4cb7aa1444f58c73"
+"""SHA-256 of the shipped adapter_model.safetensors whose answers SHIPPED_RUN holds."""
 
 
-def _committed_base() -> tuple[dict, list[list[int]]]:
-    """The committed run's record and the base model's answers to `requests`, as token ids."""
-    results = json.loads((BASE_RUN / "quality.json").read_text(encoding="utf-8"))
-    answers = json.loads((BASE_RUN / "answers.json").read_text(encoding="utf-8"))
-    return results, answers["base"]["requests"]["tokens"]
+def _committed(run: Path, name: str) -> tuple[dict, list[list[int]]]:
+    """A committed run's record and one model's answers to `requests` there, as token ids."""
+    results = json.loads((run / "quality.json").read_text(encoding="utf-8"))
+    answers = json.loads((run / "answers.json").read_text(encoding="utf-8"))
+    return results, answers[name]["requests"]["tokens"]
+
+
+def _stale(model, prompts: list[list[int]], firsts: list[int], committed: list[list[int]], ids: list[str]) -> list:
+    """The requests among `firsts` on which `model`'s greedy answer (batch 8, 128 tokens) is not the committed one."""
+    from hf_jacobi.training.evaluation import greedy_answers
+
+    again = greedy_answers(model, [prompts[i] for i in firsts], max_new_tokens=128, batch_size=8)
+    return [ids[i] for i, answer in zip(firsts, again, strict=True) if answer != committed[i]]
 
 
 def _looping(answers: list[list[int]], prompt_ids: list[str]) -> list[str]:
@@ -50,34 +60,42 @@ def _looping(answers: list[list[int]], prompt_ids: list[str]) -> list[str]:
 
 
 def test_the_shipped_adapter_collapses_no_more_often_than_the_base(embedded_model):
+    import hashlib
+
     from hf_jacobi import load_default_model
+    from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
     from hf_jacobi.bench.quality import answer_quality
     from hf_jacobi.bench.quality_eval import ModelQuality, demo_protocol, load_request_sets, targets_met
     from hf_jacobi.data.quality_sets import load_requests
-    from hf_jacobi.training.evaluation import greedy_answers
 
     base_model, tokenizer = embedded_model
-    results, committed = _committed_base()
-    recorded = results["protocol"]
-    assert results["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct (embedded)"
-    assert (recorded["max_new_tokens"], recorded["batch_size"], recorded["dtype"]) == (128, 8, "float32")
+    results, committed = _committed(BASE_RUN, "base")
+    shipped_results, answers = _committed(SHIPPED_RUN, SHIPPED_NAME)
+    for record in (results, shipped_results):
+        assert record["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct (embedded)"
+        protocol = record["protocol"]
+        assert (protocol["max_new_tokens"], protocol["batch_size"], protocol["dtype"]) == (128, 8, "float32")
+    weights = hashlib.sha256((JACOBI_FORCING_WEIGHTS / "adapter_model.safetensors").read_bytes()).hexdigest()
+    assert weights == SHIPPED_SHA256, (
+        f"the shipped weights (SHA-256 {weights}) are not the ones {SHIPPED_RUN} measured: commit their "
+        "`hf-jacobi quality` run and name it in SHIPPED_RUN, SHIPPED_NAME and SHIPPED_SHA256"
+    )
     prompts = load_request_sets(["requests"], tokenizer)[0].prompts
     requests = load_requests()
     prompt_ids, categories = list(requests["prompt_id"]), list(requests["category"])
-    assert len(prompts) == len(committed) == recorded["prompts"]["requests"] == 48
+    assert len(prompts) == len(committed) == len(answers) == results["protocol"]["prompts"]["requests"] == 48
 
     firsts = [categories.index(category) for category in dict.fromkeys(categories)]
     # the same eight requests, encoded the same way, are what `hf-jacobi demo` measures answer quality on
     assert demo_protocol(tokenizer).sets[0].prompts == [prompts[i] for i in firsts]
-    again = greedy_answers(base_model, [prompts[i] for i in firsts], max_new_tokens=128, batch_size=8)
-    stale = [prompt_ids[i] for i, answer in zip(firsts, again, strict=True) if answer != committed[i]]
-    assert not stale, (
-        f"the base model no longer gives the answers committed in {BASE_RUN} on {stale}: the model, its chat "
-        "template, the requests or greedy decoding changed; measure the base again (hf-jacobi quality) and commit it"
-    )
-
     shipped, _ = load_default_model(jacobi_forcing=True)
-    answers = greedy_answers(shipped, prompts, max_new_tokens=128, batch_size=ADAPTER_BATCH)
+    for model, run, given in ((base_model, BASE_RUN, committed), (shipped, SHIPPED_RUN, answers)):
+        stale = _stale(model, prompts, firsts, given, prompt_ids)
+        assert not stale, (
+            f"{'the base model' if model is base_model else 'the shipped adapter'} no longer gives the answers "
+            f"committed in {run} on {stale}: the model, its chat template, the requests or greedy decoding changed; "
+            "measure it again (hf-jacobi quality) and commit it"
+        )
     # no NLL (math.nan): the bar read here is the collapse rate's, and scoring 48 answers costs a minute
     reference = answer_quality(committed, base_nll=math.nan)
     ours = answer_quality(answers, base_nll=math.nan, base_answers=committed)
