@@ -411,7 +411,8 @@ SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_MINUTES = 45.0
 """A judge's quality part is started only with this much of the sitting left (it does not resume: it takes ~40
-minutes a model here, the base's ~40 more the first time); each `hf-jacobi evaluate` part takes a few minutes."""
+minutes a model here, the base's ~40 more the first time). The judging-requests `hf-jacobi evaluate` part takes
+~20 minutes a run on the AVX2-only CPU (~40 where it measures the base), more than EVALUATE_MINUTES."""
 EVALUATE_MINUTES = 20.0
 
 

@@ -86,10 +86,10 @@ PROTOCOL = (
 only where all agree. The batch counts: rows of a batch are padded to one another."""
 
 
-def earlier_base(path: str, protocol: dict) -> dict:
-    """The base side of the report at `path` (`--base_results`), refused with a `CliError` unless it reads as this
-    command's report and was measured with the same `protocol` (PROTOCOL's arguments, the model, its dtype, and each
-    Jacobi setting's full configuration)."""
+def read_base_results(path: str) -> tuple[dict, dict]:
+    """The report at `path` (`--base_results`): the protocol it was measured with (PROTOCOL's arguments, the model,
+    its dtype, each Jacobi setting's full configuration) and its base figures; a `CliError` unless it reads as this
+    command's report."""
     try:
         report = json.loads(Path(path).read_text(encoding="utf-8"))
         earlier = {key: report["settings"][key] for key in PROTOCOL}
@@ -98,11 +98,15 @@ def earlier_base(path: str, protocol: dict) -> dict:
         raise CliError(
             f"--base_results {path}: not a report of hf-jacobi evaluate --output_file ({type(error).__name__}: {error})"
         ) from error
+    return earlier, report["base"]
+
+
+def refuse_another_protocol(path: str, earlier: dict, protocol: dict) -> None:
+    """A `CliError` naming each key of `protocol` whose value the report at `path` (its protocol `earlier`) differs in."""
     changed = sorted(key for key in protocol if earlier.get(key) != protocol[key])
     if changed:
         shown = ", ".join(f"{key}: {earlier.get(key)!r} there, {protocol[key]!r} here" for key in changed)
         raise CliError(f"--base_results {path} was measured with another protocol ({shown}): run without it")
-    return report["base"]
 
 
 def _jacobi(figures: dict) -> dict:
@@ -128,16 +132,19 @@ def run_evaluate(argv: list[str]) -> int:
     protocol = {key: getattr(args, key) for key in PROTOCOL} | {"model": model_args.model_name_or_path}
     protocol["jacobi"] = {name: config.to_dict() for name, config in settings.items()}
     # the report is checked before the model loads, and its dtype once the model has (the dtype "auto" resolves to)
-    earlier = None if args.base_results is None else earlier_base(args.base_results, protocol)
+    earlier = earlier_figures = None
+    if args.base_results is not None:
+        earlier, earlier_figures = read_base_results(args.base_results)
+        refuse_another_protocol(args.base_results, earlier, protocol)
     model, tokenizer = load_model_and_tokenizer(model_args)
     dtype = str(model.dtype).removeprefix("torch.")
     if earlier is not None:
-        earlier_base(args.base_results, protocol | {"dtype": dtype})
+        refuse_another_protocol(args.base_results, earlier, {"dtype": dtype})
     prompt_ids = encode_prompts(prompts, tokenizer, chat=args.chat_template)
     measure = {"max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
-    known = None if earlier is None else ModelFigures.from_dict(earlier)
+    known = None if earlier_figures is None else ModelFigures.from_dict(earlier_figures)
     base, base_answers = evaluate_model(model, prompt_ids, settings, known=known, **measure)
-    if earlier is not None and not base.reused:
+    if known is not None and not base.reused:
         logger.warning(
             "--base_results %s: the base's greedy answers differ from that report's; measured it", args.base_results
         )
@@ -145,7 +152,7 @@ def run_evaluate(argv: list[str]) -> int:
     results |= {"split": args.prompt_split, "base_results": args.base_results if base.reused else None}
     results["base"] = base.to_dict()
     if args.humaneval_nll:
-        reused = earlier.get("humaneval_canonical_nll") if base.reused else None
+        reused = earlier_figures.get("humaneval_canonical_nll") if base.reused else None
         nll = canonical_solution_nll(model, tokenizer) if reused is None else reused
         results["base"]["humaneval_canonical_nll"] = nll
     trained = None
