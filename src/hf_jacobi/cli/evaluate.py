@@ -116,6 +116,21 @@ def _jacobi(figures: dict) -> dict:
     return {entry["name"]: JacobiConfig(**entry["settings"]).to_dict() for entry in figures["settings"]}
 
 
+def _trained_model(args: EvaluateArguments, model_args: ModelConfig, model):
+    """The trained model to compare: `--adapter` applied to the loaded base, or `--trained_model` loaded with the
+    base's dtype and attention; None when neither is given."""
+    if args.adapter:
+        return apply_adapter(model, args.adapter)
+    if args.trained_model:
+        trained_args = ModelConfig(
+            model_name_or_path=args.trained_model,
+            dtype=model_args.dtype,
+            attn_implementation=model_args.attn_implementation,
+        )
+        return load_model_and_tokenizer(trained_args, flag="--trained_model")[0]
+    return None
+
+
 def run_evaluate(argv: list[str]) -> int:
     """Held-out figures of the base model and, if given, the trained one: tokens per forward of each Jacobi variant,
     greedy answers' distinct 3-grams, and the NLL of the base model's answers; exit 1 if any output differs."""
@@ -155,16 +170,7 @@ def run_evaluate(argv: list[str]) -> int:
         reused = earlier_figures.get("humaneval_canonical_nll") if base.reused else None
         nll = canonical_solution_nll(model, tokenizer) if reused is None else reused
         results["base"]["humaneval_canonical_nll"] = nll
-    trained = None
-    if args.adapter:
-        trained = apply_adapter(model, args.adapter)
-    elif args.trained_model:
-        trained_args = ModelConfig(
-            model_name_or_path=args.trained_model,
-            dtype=model_args.dtype,
-            attn_implementation=model_args.attn_implementation,
-        )
-        trained, _ = load_model_and_tokenizer(trained_args, flag="--trained_model")
+    trained = _trained_model(args, model_args, model)
     if trained is not None:
         figures, _ = evaluate_model(trained, prompt_ids, settings, reference_answers=base_answers, **measure)
         results["trained"] = figures.to_dict()
