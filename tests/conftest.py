@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from hypothesis import settings
@@ -43,6 +44,20 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_stay_one():
+    """Under pytest-xdist, a test that leaves its worker on more than one torch thread errors (and the worker is put
+    back on one): the worker's later tests would otherwise share the 2 cores with the other worker on 3 threads, which
+    ran the embedded model's tests 5-6x slower and the suite past CI's budget (a recipe's `torch.set_num_threads(2)`,
+    2026-12-02)."""
+    yield
+    torch = sys.modules.get("torch")
+    if _xdist_workers() > 1 and torch is not None and torch.get_num_threads() != 1:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        pytest.fail(f"this test left its pytest-xdist worker on {threads} torch threads (1 expected): restore them")
 
 
 @pytest.fixture(scope="session")

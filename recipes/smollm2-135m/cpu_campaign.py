@@ -229,14 +229,28 @@ def _collected_ids(folders: list[Path]) -> set[str]:
 
 def collect(args: argparse.Namespace) -> int:
     """Collects the training prompts' trajectories into the data folder, `--step` prompts at a time (each step's rate
-    appended to its progress log), until `--prompts` are collected or `--minutes` have passed."""
+    appended to its progress log), until `--prompts` are collected or `--minutes` have passed, on `--threads` torch
+    threads. The process's thread count is restored after: a caller in the same process (the test suite's workers,
+    one thread each beside one another) kept 2 threads on 2 busy cores after it, which ran every later torch test of
+    that worker several times slower (the embedded model's tests 5-6x in the suite of 2026-12-02)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _collect(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _collect(args: argparse.Namespace) -> int:
+    """`collect` on the threads it set."""
     layout = args.layout
     import torch
 
     from hf_jacobi.data.collection import collect_trajectories
     from hf_jacobi.loading import load_model
 
-    torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype)
     folder = layout.trajectory_folder(dtype)
     model, tokenizer = load_model(layout.model, dtype=dtype)
