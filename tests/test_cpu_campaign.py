@@ -245,3 +245,48 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_has_its_units(monkeypatch):
         flags = ["--bf16", "true" if units else "false", "--per_device_train_batch_size", str(batch)]
         assert script.cpu_precision_flags() == [*flags, "--gradient_accumulation_steps", str(accumulation)]
     assert script.resolve_dtype("float16") == "float16"
+
+
+def test_a_judge_starts_each_part_only_with_its_time_left_and_the_plan_waits_for_the_next_part(
+    tmp_path, monkeypatch, capsys
+):
+    """No part of a judge resumes, so a sitting starts one only with its measured time left (more where it measures
+    the base too): a part cut by the deadline would lose all it did."""
+    import argparse
+
+    import hf_jacobi.cli
+
+    script = _script()
+    layout = script.Layout(data=tmp_path / "data", runs=tmp_path / "runs", results=tmp_path / "results")
+    _prompt_set(layout.prompts, train=2, judge=2)
+    (layout.adapters / "r").mkdir(parents=True)
+    (layout.adapters / "r" / "adapter_model.safetensors").write_bytes(b"")
+    parts, base_more = script.JUDGE_PART_MINUTES, script.BASE_PART_MINUTES
+    first = {part: parts[part] + base_more[part] for part in parts}
+    assert {part: script.judge_part_minutes(layout, part) for part in parts} == first
+    assert script.judge_parts_left(layout, "r") == ["quality", "humaneval", "judge-speed"]
+    assert script._minutes_needed(layout, "judge", "r") == first["quality"]
+    assert script._minutes_needed(layout, "train", "lora-r16") == 0.0
+
+    def refuse(argv):
+        raise AssertionError(f"a part started without its time: hf-jacobi {argv[0]}")
+
+    monkeypatch.setattr(hf_jacobi.cli, "main", refuse)
+    monkeypatch.setattr(script, "write_judged", lambda layout: None)  # the reports below are stand-ins
+    cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["quality"] - 1)
+    assert script.judge(cut) == 0
+    assert "stopping before quality" in capsys.readouterr().out
+    # the base's quality and another run's judging-speed report (in the judge's dtype) done: the base is reused
+    (layout.judged / "base").mkdir(parents=True)
+    (layout.judged / "base" / "quality.json").write_text("{}")
+    (layout.judged / "r" / "quality.json").parent.mkdir(parents=True)
+    (layout.judged / "r" / "quality.json").write_text("{}")
+    (layout.judged / "other").mkdir()
+    (layout.judged / "other" / "evaluate-judge.json").write_text(json.dumps({"dtype": "float32"}))
+    assert script.judge_parts_left(layout, "r") == ["humaneval", "judge-speed"]
+    assert script.judge_part_minutes(layout, "quality") == parts["quality"]
+    assert script.judge_part_minutes(layout, "judge-speed") == parts["judge-speed"]
+    assert script._minutes_needed(layout, "judge", "r") == first["humaneval"]  # no HumanEval report to reuse
+    cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["humaneval"] - 1)
+    assert script.judge(cut) == 0
+    assert "stopping before humaneval" in capsys.readouterr().out

@@ -374,8 +374,25 @@ def judge(args: argparse.Namespace) -> int:
     and on 32 of the judging requests (block 16), each reusing the base's figures of an earlier run's report where
     there is one; results in the data folder's `judged/`, with `judged.md`, and the scaling curve in the results
     folder. Each part is skipped where its file exists, so a judge cut short resumes at the part it was in, and a run
-    judged before a part was added gets that part alone."""
+    judged before a part was added gets that part alone. Within `minutes` (the plan's sitting), a part is started only
+    with its `judge_part_minutes` left."""
     layout = args.layout
+    minutes = getattr(args, "minutes", None)
+    deadline = time.monotonic() + 60 * minutes if minutes is not None else float("inf")
+
+    stopped: list[str] = []
+
+    def starts(part: str) -> bool:
+        """Whether `part` is to run now: not done yet, no part before it stopped, and (where the sitting has a
+        deadline) its time left."""
+        if stopped or part not in judge_parts_left(layout, args.run):
+            return False
+        left, needed = (deadline - time.monotonic()) / 60, judge_part_minutes(layout, part)
+        if left < needed:
+            print(f"[cpu-campaign] judge {args.run}: stopping before {part} ({left:.0f} of {needed:.0f} minutes)")
+            stopped.append(part)
+        return not stopped
+
     from campaign import judging
     from campaign.lowrank import ADAPTER_FILE
     from campaign.prompts import PromptSet
@@ -389,8 +406,6 @@ def judge(args: argparse.Namespace) -> int:
     settings = judging.JudgeSettings(batch_size=args.judge_batch_size, tiny=layout.tiny)
     model = None if layout.model == "embedded" else layout.model
     base = layout.judged / "base"
-    if not (base / "quality.json").is_file():
-        cli_main(settings.arguments(model, judge_file, base))
     weights, output = layout.adapters / args.run, layout.judged / args.run
     if args.run == SHIPPED_RUN:
         from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
@@ -398,13 +413,17 @@ def judge(args: argparse.Namespace) -> int:
         weights = JACOBI_FORCING_WEIGHTS
     if not (weights / ADAPTER_FILE).is_file():
         raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
-    if not (output / "quality.json").is_file():
+    if starts("quality"):
+        if not (base / "quality.json").is_file():
+            cli_main(settings.arguments(model, judge_file, base))
         arguments = settings.arguments(model, judge_file, output)
         cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
-    if not (output / judging.HUMANEVAL_FILE).is_file():
+    if not (output / "quality.json").is_file():  # cut before its quality part: the evaluations wait for it
+        return 0
+    if starts("humaneval"):
         earlier = settings.base_report(layout.judged, judging.HUMANEVAL_FILE)
         cli_main(settings.humaneval_arguments(model, weights, output, earlier))
-    if not (output / judging.JUDGE_SPEED_FILE).is_file():
+    if starts("judge-speed"):
         earlier = settings.base_report(layout.judged, judging.JUDGE_SPEED_FILE)
         cli_main(settings.judge_speed_arguments(model, weights, judge_file, output, earlier))
     write_judged(layout)
@@ -423,11 +442,12 @@ def write_judged(layout: Layout) -> None:
 
 SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
-JUDGE_MINUTES = 45.0
-"""A judge's quality part is started only with this much of the sitting left (it does not resume: it takes ~40
-minutes a model here, the base's ~40 more the first time). The judging-requests `hf-jacobi evaluate` part takes
-~20 minutes a run on the AVX2-only CPU (~40 where it measures the base), more than EVALUATE_MINUTES."""
-EVALUATE_MINUTES = 20.0
+JUDGE_PART_MINUTES = {"quality": 45.0, "humaneval": 20.0, "judge-speed": 25.0}
+"""The least time left at which each part of a judge starts: no part resumes, and a part cut short loses all it did.
+`hf-jacobi quality` takes ~40 minutes a model here; the judging-requests `hf-jacobi evaluate` ~20 minutes a run on
+the AVX2-only CPU (per 16 requests: greedy ~30 s, plain ~2.4 min, 2 blocks + recycling ~7 min, 2026-12-02)."""
+BASE_PART_MINUTES = {"quality": 40.0, "humaneval": 15.0, "judge-speed": 20.0}
+"""What a part takes more where it measures the base too (its first run; later runs reuse the base's figures)."""
 
 
 CURVE_VARIANT = "lora-r16-kl30"
@@ -468,11 +488,34 @@ def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
 
 
 def _minutes_needed(layout: Layout, stage: str, name: str | None) -> float:
-    """The least time left at which `stage` is started (a judge whose quality part is done needs only the
-    evaluations)."""
-    if stage != "judge" or layout.tiny:
+    """The least time left at which `stage` is started: a judge's, that of its first part not done yet."""
+    if stage != "judge":
         return 0.0
-    return EVALUATE_MINUTES if (layout.judged / str(name) / "quality.json").is_file() else JUDGE_MINUTES
+    part = next(iter(judge_parts_left(layout, str(name))), None)
+    return 0.0 if part is None else judge_part_minutes(layout, part)
+
+
+def judge_parts_left(layout: Layout, run: str) -> list[str]:
+    """The parts of `run`'s judge whose file is not written yet, in the order the judge runs them."""
+    from campaign import judging
+
+    files = {"quality": "quality.json", "humaneval": judging.HUMANEVAL_FILE, "judge-speed": judging.JUDGE_SPEED_FILE}
+    return [part for part, file in files.items() if not (layout.judged / run / file).is_file()]
+
+
+def judge_part_minutes(layout: Layout, part: str) -> float:
+    """JUDGE_PART_MINUTES of `part`, with BASE_PART_MINUTES where no judged run holds the base's figures for it yet
+    (0 for the tiny rehearsal, whose parts take seconds)."""
+    from campaign import judging
+
+    if layout.tiny:
+        return 0.0
+    if part == "quality":
+        base_done = (layout.judged / "base" / "quality.json").is_file()
+    else:
+        file = judging.HUMANEVAL_FILE if part == "humaneval" else judging.JUDGE_SPEED_FILE
+        base_done = judging.JudgeSettings(tiny=False).base_report(layout.judged, file) is not None
+    return JUDGE_PART_MINUTES[part] + (0.0 if base_done else BASE_PART_MINUTES[part])
 
 
 def _plan_total(layout: Layout) -> int:
