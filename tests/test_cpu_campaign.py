@@ -264,8 +264,8 @@ def test_a_judge_starts_each_part_only_with_its_time_left_and_the_plan_waits_for
     parts, base_more = script.JUDGE_PART_MINUTES, script.BASE_PART_MINUTES
     first = {part: parts[part] + base_more[part] for part in parts}
     assert {part: script.judge_part_minutes(layout, part) for part in parts} == first
-    assert script.judge_parts_left(layout, "r") == ["quality", "humaneval", "judge-speed"]
-    assert script._minutes_needed(layout, "judge", "r") == first["quality"]
+    assert script.judge_parts_left(layout, "r") == ["quality.json", "evaluate-humaneval.json", "evaluate-judge.json"]
+    assert script._minutes_needed(layout, "judge", "r") == first["quality.json"]
     assert script._minutes_needed(layout, "train", "lora-r16") == 0.0
 
     def refuse(argv):
@@ -273,9 +273,9 @@ def test_a_judge_starts_each_part_only_with_its_time_left_and_the_plan_waits_for
 
     monkeypatch.setattr(hf_jacobi.cli, "main", refuse)
     monkeypatch.setattr(script, "write_judged", lambda layout: None)  # the reports below are stand-ins
-    cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["quality"] - 1)
+    cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["quality.json"] - 1)
     assert script.judge(cut) == 0
-    assert "stopping before quality" in capsys.readouterr().out
+    assert "stopping before quality.json" in capsys.readouterr().out
     # the base's quality and another run's judging-speed report (in the judge's dtype) done: the base is reused
     (layout.judged / "base").mkdir(parents=True)
     (layout.judged / "base" / "quality.json").write_text("{}")
@@ -283,10 +283,12 @@ def test_a_judge_starts_each_part_only_with_its_time_left_and_the_plan_waits_for
     (layout.judged / "r" / "quality.json").write_text("{}")
     (layout.judged / "other").mkdir()
     (layout.judged / "other" / "evaluate-judge.json").write_text(json.dumps({"dtype": "float32"}))
-    assert script.judge_parts_left(layout, "r") == ["humaneval", "judge-speed"]
-    assert script.judge_part_minutes(layout, "quality") == parts["quality"]
-    assert script.judge_part_minutes(layout, "judge-speed") == parts["judge-speed"]
-    assert script._minutes_needed(layout, "judge", "r") == first["humaneval"]  # no HumanEval report to reuse
-    cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["humaneval"] - 1)
+    assert script.judge_parts_left(layout, "r") == ["evaluate-humaneval.json", "evaluate-judge.json"]
+    assert script.judge_part_minutes(layout, "quality.json") == parts["quality.json"]
+    assert script.judge_part_minutes(layout, "evaluate-judge.json") == parts["evaluate-judge.json"]
+    assert (
+        script._minutes_needed(layout, "judge", "r") == first["evaluate-humaneval.json"]
+    )  # no HumanEval report to reuse
+    cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["evaluate-humaneval.json"] - 1)
     assert script.judge(cut) == 0
-    assert "stopping before humaneval" in capsys.readouterr().out
+    assert "stopping before evaluate-humaneval.json" in capsys.readouterr().out

@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from campaign.judging import HUMANEVAL_FILE, JUDGE_FILES, JUDGE_SPEED_FILE, QUALITY_FILE  # standard library only
 from campaign.scaling import SHIPPED_RUN, run_name  # standard library only at import
 
 ROOT = Path(__file__).resolve().parent
@@ -413,18 +414,18 @@ def judge(args: argparse.Namespace) -> int:
         weights = JACOBI_FORCING_WEIGHTS
     if not (weights / ADAPTER_FILE).is_file():
         raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
-    if starts("quality"):
-        if not (base / "quality.json").is_file():
+    if starts(QUALITY_FILE):
+        if not (base / QUALITY_FILE).is_file():
             cli_main(settings.arguments(model, judge_file, base))
         arguments = settings.arguments(model, judge_file, output)
         cli_main([*arguments, "--adapters", f"{args.run}={weights}", "--base-results", str(base)])
-    if not (output / "quality.json").is_file():  # cut before its quality part: the evaluations wait for it
+    if not (output / QUALITY_FILE).is_file():  # cut before its quality part: the evaluations wait for it
         return 0
-    if starts("humaneval"):
-        earlier = settings.base_report(layout.judged, judging.HUMANEVAL_FILE)
+    if starts(HUMANEVAL_FILE):
+        earlier = settings.base_report(layout.judged, HUMANEVAL_FILE)
         cli_main(settings.humaneval_arguments(model, weights, output, earlier))
-    if starts("judge-speed"):
-        earlier = settings.base_report(layout.judged, judging.JUDGE_SPEED_FILE)
+    if starts(JUDGE_SPEED_FILE):
+        earlier = settings.base_report(layout.judged, JUDGE_SPEED_FILE)
         cli_main(settings.judge_speed_arguments(model, weights, judge_file, output, earlier))
     write_judged(layout)
     return 0
@@ -442,11 +443,11 @@ def write_judged(layout: Layout) -> None:
 
 SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
-JUDGE_PART_MINUTES = {"quality": 45.0, "humaneval": 20.0, "judge-speed": 25.0}
-"""The least time left at which each part of a judge starts: no part resumes, and a part cut short loses all it did.
+JUDGE_PART_MINUTES = {QUALITY_FILE: 45.0, HUMANEVAL_FILE: 20.0, JUDGE_SPEED_FILE: 25.0}
+"""The least time left at which each part of a judge (named by the file it writes, JUDGE_FILES) starts: no part resumes, and a part cut short loses all it did.
 `hf-jacobi quality` takes ~40 minutes a model here; the judging-requests `hf-jacobi evaluate` ~20 minutes a run on
 the AVX2-only CPU (per 16 requests: greedy ~30 s, plain ~2.4 min, 2 blocks + recycling ~7 min, 2026-12-02)."""
-BASE_PART_MINUTES = {"quality": 40.0, "humaneval": 15.0, "judge-speed": 20.0}
+BASE_PART_MINUTES = {QUALITY_FILE: 40.0, HUMANEVAL_FILE: 15.0, JUDGE_SPEED_FILE: 20.0}
 """What a part takes more where it measures the base too (its first run; later runs reuse the base's figures)."""
 
 
@@ -482,8 +483,6 @@ def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
         return layout.order.is_file() and _first_collected(layout, n)
     if stage == "train":
         return (layout.adapters / run_name(str(name), n) / "adapter_model.safetensors").is_file()
-    from campaign.judging import JUDGE_FILES
-
     return all((layout.judged / str(name) / file).is_file() for file in JUDGE_FILES)
 
 
@@ -496,11 +495,8 @@ def _minutes_needed(layout: Layout, stage: str, name: str | None) -> float:
 
 
 def judge_parts_left(layout: Layout, run: str) -> list[str]:
-    """The parts of `run`'s judge whose file is not written yet, in the order the judge runs them."""
-    from campaign import judging
-
-    files = {"quality": "quality.json", "humaneval": judging.HUMANEVAL_FILE, "judge-speed": judging.JUDGE_SPEED_FILE}
-    return [part for part, file in files.items() if not (layout.judged / run / file).is_file()]
+    """The parts of `run`'s judge (JUDGE_FILES) not written yet, in the order the judge runs them."""
+    return [file for file in JUDGE_FILES if not (layout.judged / run / file).is_file()]
 
 
 def judge_part_minutes(layout: Layout, part: str) -> float:
@@ -510,11 +506,10 @@ def judge_part_minutes(layout: Layout, part: str) -> float:
 
     if layout.tiny:
         return 0.0
-    if part == "quality":
-        base_done = (layout.judged / "base" / "quality.json").is_file()
+    if part == QUALITY_FILE:
+        base_done = (layout.judged / "base" / QUALITY_FILE).is_file()
     else:
-        file = judging.HUMANEVAL_FILE if part == "humaneval" else judging.JUDGE_SPEED_FILE
-        base_done = judging.JudgeSettings(tiny=False).base_report(layout.judged, file) is not None
+        base_done = judging.JudgeSettings(tiny=False).base_report(layout.judged, part) is not None
     return JUDGE_PART_MINUTES[part] + (0.0 if base_done else BASE_PART_MINUTES[part])
 
 

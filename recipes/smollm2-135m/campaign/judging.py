@@ -64,7 +64,9 @@ JUDGE_SPEED_FILE = "evaluate-judge.json"
 JUDGE_SPEED_SETTINGS = {"plain": "judge-b16-plain", "both": "judge-b16-both"}
 EVALUATIONS = {HUMANEVAL_FILE: ("humaneval", HUMANEVAL_SETTINGS), JUDGE_SPEED_FILE: ("judge", JUDGE_SPEED_SETTINGS)}
 """Each `hf-jacobi evaluate` part of a judge: its file, and the prefix and names its settings take in a row."""
-JUDGE_FILES = ("quality.json", *EVALUATIONS)
+QUALITY_FILE = "quality.json"
+"""What `hf-jacobi quality` writes in a run's judged folder."""
+JUDGE_FILES = (QUALITY_FILE, *EVALUATIONS)
 """What a finished judge of one run leaves in its folder (each part skipped where its file is there)."""
 
 
@@ -195,7 +197,7 @@ def read_judged(folders: list[Path], variants: list[str]) -> list[dict[str, Any]
     targets: dict[str, dict[str, bool]] = {}
     evaluated: dict[str, dict[str, dict[str, Any]]] = {}  # model -> evaluate file -> its side of the report
     for folder in folders:
-        path = folder / "quality.json"
+        path = folder / QUALITY_FILE
         if path.is_file():
             results = json.loads(path.read_text())
             for model in results["models"]:
