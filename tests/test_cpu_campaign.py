@@ -97,6 +97,17 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     assert [p.name for p in committed] == ["checkpoint-1"] and (committed[0] / "optimizer.pt").is_file()
     assert (runs / "lora-r16-n8" / "checkpoint-1" / "custom_generate").is_dir()
     assert not (committed[0] / "custom_generate").exists()  # a copy of the decoding code: resuming never reads it
+    # its optimizer moments travel in bfloat16 (a third of a float32 checkpoint's bytes), the weights in float32
+    local = torch.load(runs / "lora-r16-n8" / "checkpoint-1" / "optimizer.pt", weights_only=True)["state"]
+    kept = torch.load(committed[0] / "optimizer.pt", weights_only=True)["state"]
+    assert local.keys() == kept.keys() and local
+    for index, moments in local.items():
+        assert kept[index]["step"].dtype == moments["step"].dtype and kept[index]["step"] == moments["step"]
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert kept[index][key].dtype == torch.bfloat16
+            assert torch.equal(kept[index][key], moments[key].to(torch.bfloat16))
+    weights = "adapter_model.safetensors"
+    assert (committed[0] / weights).read_bytes() == (runs / "lora-r16-n8" / "checkpoint-1" / weights).read_bytes()
     capsys.readouterr()
     assert script.main([*common, "status"]) == 0
     status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -363,10 +363,35 @@ def train(args: argparse.Namespace) -> int:
                 shutil.copy(run / record, layout.adapters / name / record)
         shutil.rmtree(committed, ignore_errors=True)
     elif args.commit_checkpoint and (newest := _newest_checkpoint(run)) is not None:
-        shutil.rmtree(committed, ignore_errors=True)
-        # custom_generate/ is a copy of the decoding code that every save writes again: resuming never reads it
-        shutil.copytree(newest, committed / newest.name, ignore=shutil.ignore_patterns("custom_generate"))
+        commit_checkpoint(newest, committed)
     return code
+
+
+def commit_checkpoint(checkpoint: Path, committed: Path) -> Path:
+    """Replaces the run's committed resume checkpoint (`committed`, a folder of one) with a copy of `checkpoint`
+    whose optimizer moments are rounded to bfloat16; returns the copy.
+
+    Every committed checkpoint stays in the repository's history, and Adam's two float32 moments are two thirds of
+    one: LoRA r64 on the seven projections holds 19.5 M parameters, 78 MB of float32 weights and 156 MB of moments, a
+    234 MB checkpoint at each stop. With the moments in bfloat16 it is 156 MB (r16: 59 MB to 39 MB). The weights stay
+    float32, exact; `torch.optim.Optimizer.load_state_dict` casts each moment back to its parameter's dtype on
+    resume, so a resumed step differs from an unbroken one by the moments' rounding (a relative 2^-9 at most) alone.
+    custom_generate/ is a copy of the decoding code that every save writes again: resuming never reads it."""
+    import shutil
+
+    import torch
+
+    shutil.rmtree(committed, ignore_errors=True)
+    copy = committed / checkpoint.name
+    shutil.copytree(checkpoint, copy, ignore=shutil.ignore_patterns("custom_generate", "optimizer.pt"))
+    if (checkpoint / "optimizer.pt").is_file():
+        optimizer = torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
+        for moments in optimizer["state"].values():
+            for key, value in moments.items():
+                if key != "step" and torch.is_tensor(value) and value.dtype == torch.float32:
+                    moments[key] = value.to(torch.bfloat16)
+        torch.save(optimizer, copy / "optimizer.pt")
+    return copy
 
 
 def judge(args: argparse.Namespace) -> int:
