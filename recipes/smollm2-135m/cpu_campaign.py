@@ -462,8 +462,25 @@ def write_judged(layout: Layout) -> None:
 
     runs = sorted(p.name for p in layout.judged.iterdir() if p.is_dir() and p.name != "base")
     rows = judging.read_judged([layout.judged / "base", *(layout.judged / r for r in runs)], runs)
-    (layout.judged / "judged.md").write_text(judging.markdown(rows, {}))
+    (layout.judged / "judged.md").write_text(
+        judging.markdown(rows, {run: trained_record(layout, run) for run in runs})
+    )
     scaling.write_curve(rows, layout.results)
+
+
+def trained_record(layout: Layout, run: str) -> dict[str, str]:
+    """judged.md's steps and weights columns of `run`, from the trainer state kept beside its adapter: the curve's
+    points differ in optimizer steps as well as in data, which the table shows beside their speed."""
+    if run == SHIPPED_RUN:
+        return {"steps": "250 x 4 rows", "judged": "the package's adapter, under half an epoch"}
+    state = layout.adapters / run / "trainer_state.json"
+    if not state.is_file():
+        return {}
+    record = json.loads(state.read_text())
+    rows = "" if layout.tiny else f" x {CPU_ROWS_PER_STEP} rows"
+    tokens = record.get("num_input_tokens_seen")
+    seen = f", {tokens:,} tokens" if tokens else ""
+    return {"steps": f"{record['global_step']}{rows}", "judged": f"final adapter, epoch {record['epoch']:.2f}{seen}"}
 
 
 SCALING_POINTS = (2000, 5000)
