@@ -130,7 +130,8 @@ def test_an_evaluation_that_differs_from_greedy_makes_the_row_lossy(tmp_path, pa
 
 
 def test_scaling_curve_orders_runs_by_prompts_and_bolds_only_targets_met(tmp_path):
-    curve = scaling.write_curve(_judged(tmp_path), tmp_path / "results")
+    training = {"lora-r16-n2000": {"steps": 125, "rows_per_step": 32, "packages_prompts": 658, "epoch": 1.0}}
+    curve = scaling.write_curve(_judged(tmp_path), tmp_path / "results", training)
     points = {p["name"]: p for p in curve["points"]}
     assert [(p["variant"], p["prompts"]) for p in curve["points"]] == [
         ("base", 0),
@@ -138,14 +139,19 @@ def test_scaling_curve_orders_runs_by_prompts_and_bolds_only_targets_met(tmp_pat
         ("lora-r16", 5000),
     ]
     assert points["lora-r16-n2000"]["judge_loops"] == [42, 400]
+    assert points["lora-r16-n2000"]["steps"] == 125 and points["lora-r16-n2000"]["packages_prompts"] == 658
+    assert points["lora-r16-n5000"]["steps"] is None  # no training record: unknown, not guessed
     assert points["lora-r16-n5000"]["tokens_per_forward"]["humaneval-b8-plain"] is None
     table = (tmp_path / "results" / "scaling.md").read_text()
-    assert "| lora-r16-n2000 | 2,000 | 2/2 | 42/400 | **1.700** | 4.000 | 1.200 | - | - | 0.990x | True |" in table
     assert (
-        "| lora-r16-n5000 | 5,000 | 1/2 (not: judge/distinct_3grams) | 42/400 | **2.100** | 4.000 | - | 1.250 | "
+        "| lora-r16-n2000 | 2,000 | 658 | 125 x 32 | 2/2 | 42/400 | **1.700** | 4.000 | 1.200 | - | - | 0.990x | True |"
+        in table
+    )
+    assert (
+        "| lora-r16-n5000 | 5,000 | - | - | 1/2 (not: judge/distinct_3grams) | 42/400 | **2.100** | 4.000 | - | 1.250 | "
         "3.750 | - |" in table
     )  # no target on the judging requests: never bold
-    assert "| base | 0 | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.050 | 3.150 | 1.000x | True |" in table
+    assert "| base | 0 | - | - | - | 40/400 | 1.070 | 3.200 | 1.070 | 1.050 | 3.150 | 1.000x | True |" in table
     assert json.loads((tmp_path / "results" / "scaling.json").read_text()) == curve
     assert (tmp_path / "results" / "scaling.png").stat().st_size > 0
 
@@ -187,7 +193,8 @@ def test_a_shipped_adapter_judged_by_the_campaign_is_the_reference_with_its_judg
     reference = curve["reference"]
     assert reference["prompts"] == 2024 and reference["judge_loops"] == [42, 400]
     table = scaling.markdown(curve)
-    assert "| shipped | 2,024 | 10/10 | 42/400 |" in table and "shipped: the adapter the package ships" in table
+    assert "| shipped | 2,024 | 1,800 | 250 x 4 | 10/10 | 42/400 |" in table  # its training, from its model card
+    assert "shipped: the adapter the package ships" in table
     unjudged = scaling.scaling_points(rows)
     assert unjudged["reference"] is None and "shipped" not in scaling.markdown(unjudged)
 

@@ -31,8 +31,8 @@ def _script():
 
 def _prompt_set(path: Path, train: int, judge: int) -> None:
     rows = [
-        {"prompt_id": f"t{i:02d}", "text": f"Explain item {i} in {3 + i % 4} words", "source": "magpie"}
-        | {"kind": "plain", "split": "train"}
+        {"prompt_id": f"t{i:02d}", "text": f"Explain item {i} in {3 + i % 4} words", "split": "train"}
+        | ({"source": "packages", "kind": "code"} if i % 3 == 0 else {"source": "magpie", "kind": "plain"})
         for i in range(train)
     ]
     rows += [
@@ -145,6 +145,10 @@ def test_tiny_cpu_campaign_collects_trains_resumes_and_judges(tmp_path, capsys):
     curve = json.loads((tmp_path / "results" / "scaling.json").read_text())
     assert [(p["name"], p["prompts"]) for p in curve["points"]] == [("base", 0), ("lora-r16-n8", 8)]
     trained = curve["points"][1]
+    sources = {row["prompt_id"]: row["source"] for row in pq.read_table(data / "prompts.parquet").to_pylist()}
+    first = pq.read_table(data / "train-order.parquet").column("prompt_id").to_pylist()[:8]
+    assert 0 < trained["packages_prompts"] == sum(sources[p] == "packages" for p in first) < 8
+    assert trained["steps"] == kept["global_step"]
     assert all(value >= 1.0 for value in trained["tokens_per_forward"].values()) and trained["lossless"]
     assert set(trained["tokens_per_forward"]) == {*curve["targets"], "judge-b16-plain", "judge-b16-both"}
     assert trained["judge_loops"][1] == 2 and trained["canonical_nll_vs_base"] > 0

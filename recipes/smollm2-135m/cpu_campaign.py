@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign.judging import HUMANEVAL_FILE, JUDGE_FILES, JUDGE_SPEED_FILE, QUALITY_FILE  # standard library only
-from campaign.scaling import SHIPPED_RUN, run_name  # standard library only at import
+from campaign.scaling import SHIPPED_RUN, run_name, run_size  # standard library only at import
 
 ROOT = Path(__file__).resolve().parent
 SAVE_EVERY_S = 20 * 60
@@ -457,30 +457,50 @@ def judge(args: argparse.Namespace) -> int:
 
 
 def write_judged(layout: Layout) -> None:
-    """judged.md over every judged run, and the scaling curve in the results folder (`campaign/scaling.py`)."""
+    """judged.md over every judged run, and the scaling curve in the results folder (`campaign/scaling.py`), each
+    with what the runs' training records say (`training_records`)."""
     from campaign import judging, scaling
 
     runs = sorted(p.name for p in layout.judged.iterdir() if p.is_dir() and p.name != "base")
     rows = judging.read_judged([layout.judged / "base", *(layout.judged / r for r in runs)], runs)
-    (layout.judged / "judged.md").write_text(
-        judging.markdown(rows, {run: trained_record(layout, run) for run in runs})
-    )
-    scaling.write_curve(rows, layout.results)
+    training = training_records(layout, [r for r in runs if r != SHIPPED_RUN])
+    columns = {run: _judged_columns(record) for run, record in training.items()}
+    shipped = "{steps} x {rows_per_step}".format(**scaling.SHIPPED_TRAINING)
+    columns[SHIPPED_RUN] = {"steps": shipped, "judged": "the package's adapter, under half an epoch"}
+    (layout.judged / "judged.md").write_text(judging.markdown(rows, columns))
+    scaling.write_curve(rows, layout.results, training)
 
 
-def trained_record(layout: Layout, run: str) -> dict[str, str]:
-    """judged.md's steps and weights columns of `run`, from the trainer state kept beside its adapter: the curve's
-    points differ in optimizer steps as well as in data, which the table shows beside their speed."""
-    if run == SHIPPED_RUN:
-        return {"steps": "250 x 4 rows", "judged": "the package's adapter, under half an epoch"}
-    state = layout.adapters / run / "trainer_state.json"
-    if not state.is_file():
-        return {}
-    record = json.loads(state.read_text())
-    rows = "" if layout.tiny else f" x {CPU_ROWS_PER_STEP} rows"
-    tokens = record.get("num_input_tokens_seen")
-    seen = f", {tokens:,} tokens" if tokens else ""
-    return {"steps": f"{record['global_step']}{rows}", "judged": f"final adapter, epoch {record['epoch']:.2f}{seen}"}
+def training_records(layout: Layout, runs: list[str]) -> dict[str, dict]:
+    """What each finished run's trainer state (kept beside its adapter) and the collection order say of its training:
+    optimizer steps, rows a step, epoch, tokens, and how many of its prompts are `packages` prompts. The curve's
+    points differ in these as well as in data (`scaling.TRAINING_KEYS`)."""
+    import pyarrow.parquet as pq
+
+    order = pq.read_table(layout.order, columns=["prompt_id"]).column(0).to_pylist() if layout.order.is_file() else []
+    prompts = pq.read_table(layout.prompts, columns=["prompt_id", "source"]).to_pylist()
+    packages = {row["prompt_id"] for row in prompts if row["source"] == "packages"}
+    records = {}
+    for run in runs:
+        state = layout.adapters / run / "trainer_state.json"
+        if not state.is_file():
+            continue
+        kept = json.loads(state.read_text())
+        records[run] = {
+            "steps": kept["global_step"],
+            "rows_per_step": None if layout.tiny else CPU_ROWS_PER_STEP,
+            "packages_prompts": sum(prompt in packages for prompt in order[: run_size(run)[1]]),
+            "epoch": kept["epoch"],
+            "tokens": kept.get("num_input_tokens_seen"),
+        }
+    return records
+
+
+def _judged_columns(record: dict) -> dict[str, str]:
+    """judged.md's steps and weights columns of one run's training record."""
+    rows = f" x {record['rows_per_step']}" if record["rows_per_step"] else ""
+    seen = f", {record['tokens']:,} tokens" if record["tokens"] else ""
+    return {"steps": f"{record['steps']}{rows}", "judged": f"final adapter, epoch {record['epoch']:.2f}{seen}"}
 
 
 SCALING_POINTS = (2000, 5000)

@@ -39,6 +39,9 @@ JUDGE_SET = "judge"
 SHIPPED_PROMPTS = 2024
 """Prompts the shipped adapter trained on, its place on the x axis (LoRA r16, 250 steps on 2,024 base trajectories of
 other prompts: under half an epoch)."""
+SHIPPED_TRAINING = {"steps": 250, "rows_per_step": 4, "packages_prompts": 1800}
+"""How the shipped adapter trained (its model card): 250 optimizer steps of 4 rows, on 1,800 `packages` prompts of
+its 2,024, the kind of the targets' plain and 2-blocks test prompts."""
 
 
 SHIPPED_RUN = "shipped"
@@ -65,12 +68,20 @@ def settings() -> list[str]:
     return [*SPEED_TARGETS, *JUDGE_SPEEDS]
 
 
-def _point(row: dict[str, Any], variant: str, count: int) -> dict[str, Any]:
+TRAINING_KEYS = ("steps", "rows_per_step", "packages_prompts")
+"""What a point records of its training beside its prompts (None where unknown): optimizer steps, rows a step, and
+how many of its prompts are `packages` prompts. The points differ in these as well as in data: a run's epoch takes
+more steps the more prompts it has, and the targets' plain and 2-blocks prompts are `packages` prompts, which the
+shipped adapter trained on almost alone and the campaign's prompt set holds a third of."""
+
+
+def _point(row: dict[str, Any], variant: str, count: int, training: dict[str, Any] | None) -> dict[str, Any]:
     judged = row["sets"].get(JUDGE_SET)
     return {
         "name": row["name"],
         "variant": variant,
         "prompts": count,
+        **{key: (training or {}).get(key) for key in TRAINING_KEYS},
         "tokens_per_forward": {key: row["tokens_per_forward"].get(key) for key in settings()},
         "bars": row["bars"],
         "judge_loops": None if judged is None else [judged["collapsed"], judged["answers"]],
@@ -79,15 +90,19 @@ def _point(row: dict[str, Any], variant: str, count: int) -> dict[str, Any]:
     }
 
 
-def scaling_points(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def scaling_points(rows: list[dict[str, Any]], training: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The curve's points from judged rows: the base (0 prompts) and each variant's run, with the speed settings the
-    targets name, the quality bars met, the loops on the judging requests and the HumanEval canonical NLL; and the
-    reference point, the shipped adapter as the campaign judged it (`judge --run shipped`; None before), which is not
-    on the curve."""
+    targets name, the quality bars met, the loops on the judging requests and the HumanEval canonical NLL, and what
+    `training` (by run name: TRAINING_KEYS) says of its training; and the reference point, the shipped adapter as the
+    campaign judged it (`judge --run shipped`; None before), which is not on the curve."""
+    training = training or {}
     judged = {row["name"]: row for row in rows}
     shipped = judged.pop(SHIPPED_RUN, None)
-    reference = None if shipped is None else _point(shipped, SHIPPED_RUN, SHIPPED_PROMPTS)
-    points = [_point(row, *(("base", 0) if row["bars"] is None else run_size(row["name"]))) for row in judged.values()]
+    reference = None if shipped is None else _point(shipped, SHIPPED_RUN, SHIPPED_PROMPTS, SHIPPED_TRAINING)
+    points = [
+        _point(row, *(("base", 0) if row["bars"] is None else run_size(row["name"])), training.get(row["name"]))
+        for row in judged.values()
+    ]
     curve = {"targets": SPEED_TARGETS, "points": points, "reference": reference}
     return {**curve, "trends": trends(curve)}
 
@@ -173,9 +188,9 @@ def markdown(curve: dict[str, Any]) -> str:
     names = " | ".join(LABELS[key] for key in keys)
     points = curve["points"] + ([curve["reference"]] if curve.get("reference") else [])
     lines = [
-        f"| run | prompts | quality bars met | loops on the judging requests | {names} | HumanEval canonical NLL "
-        "(x base) | lossless |",
-        "|---|---:|---|---:|" + "---:|" * len(keys) + "---:|---|",
+        f"| run | prompts | `packages` prompts | steps x rows | quality bars met | loops on the judging requests | "
+        f"{names} | HumanEval canonical NLL (x base) | lossless |",
+        "|---|---:|---:|---:|---|---:|" + "---:|" * len(keys) + "---:|---|",
     ]
     for point in points:
         bars = point["bars"]
@@ -188,15 +203,18 @@ def markdown(curve: dict[str, Any]) -> str:
             for key in keys
         )
         nll = "-" if point["canonical_nll_vs_base"] is None else f"{point['canonical_nll_vs_base']:.3f}x"
+        packages = "-" if point.get("packages_prompts") is None else f"{point['packages_prompts']:,}"
+        steps = "-" if point.get("steps") is None else f"{point['steps']} x {point.get('rows_per_step') or '?'}"
         lines.append(
-            f"| {point['name']} | {point['prompts']:,} | {met} | {loops} | {speeds} | {nll} | {point['lossless']} |"
+            f"| {point['name']} | {point['prompts']:,} | {packages} | {steps} | {met} | {loops} | {speeds} | {nll} | "
+            f"{point['lossless']} |"
         )
     targets = ", ".join(f"{LABELS[key]} >= {value}" for key, value in curve["targets"].items())
     note = ""
     if curve.get("reference"):
         note = (
-            " shipped: the adapter the package ships, for reference (LoRA r16, 250 steps on 2,024 trajectories of "
-            "other prompts, under half an epoch)."
+            " shipped: the adapter the package ships, for reference (LoRA r16, 250 steps of 4 rows on 2,024 "
+            "trajectories of other prompts, 1,800 of them `packages` prompts, under half an epoch)."
         )
     return (
         "\n".join(lines) + f"\n\nTargets (issue 62), at every quality bar: {targets}.{note}{_trend_sentence(curve)}\n"
@@ -253,9 +271,12 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
     return save_figure(figure, path)
 
 
-def write_curve(rows: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
-    """scaling.json, scaling.md and scaling.png in `folder`, from the judged rows; returns the curve."""
-    curve = scaling_points(rows)
+def write_curve(
+    rows: list[dict[str, Any]], folder: Path, training: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """scaling.json, scaling.md and scaling.png in `folder`, from the judged rows and each run's `training`
+    (`scaling_points`); returns the curve."""
+    curve = scaling_points(rows, training)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "scaling.json").write_text(json.dumps(curve, indent=1) + "\n")
     (folder / "scaling.md").write_text(markdown(curve))
