@@ -372,10 +372,11 @@ def commit_checkpoint(checkpoint: Path, committed: Path) -> Path:
     whose optimizer moments are rounded to bfloat16; returns the copy.
 
     Every committed checkpoint stays in the repository's history, and Adam's two float32 moments are two thirds of
-    one: LoRA r64 on the seven projections holds 19.5 M parameters, 78 MB of float32 weights and 156 MB of moments, a
-    234 MB checkpoint at each stop. With the moments in bfloat16 it is 156 MB (r16: 59 MB to 39 MB). The weights stay
-    float32, exact; `torch.optim.Optimizer.load_state_dict` casts each moment back to its parameter's dtype on
-    resume, so a resumed step differs from an unbroken one by the moments' rounding (a relative 2^-9 at most) alone.
+    one: LoRA r64 on the seven projections holds 19.5 M parameters, 78 MB of float32 weights and 156 MB of moments
+    (its first checkpoint: 225 MiB on disk) at each stop. With the moments in bfloat16 it is 153 MiB (r16: ~59 MB to
+    ~39 MB). The weights stay float32, exact; `torch.optim.Optimizer.load_state_dict` casts each moment back to its
+    parameter's dtype on resume, so a resumed step differs from an unbroken one by the moments' rounding (a relative
+    2^-9 at most) alone.
     custom_generate/ is a copy of the decoding code that every save writes again: resuming never reads it."""
     import shutil
 
