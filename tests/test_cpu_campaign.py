@@ -263,6 +263,33 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_has_its_units(monkeypatch):
     assert script.resolve_dtype("float16") == "float16"
 
 
+def test_a_machine_with_bfloat16_units_collects_and_trains_before_it_judges(monkeypatch):
+    """Judging is float32 on any machine, collection and training run ~2-3x faster in bfloat16 where the units are:
+    such a machine leaves the judges for one without them, and no step comes before what it needs."""
+    from hf_jacobi.decoding import cpu_info
+
+    script = _script()
+    plan = script.plan_steps(9999, tiny=False)
+    assert script.sitting_order(plan, bfloat16_units=False) == plan
+    order = script.sitting_order(plan, bfloat16_units=True)
+    assert sorted(order) == sorted(plan) and order[0] == plan[0]
+    stages = [stage for stage, _, _ in order]
+    assert stages == sorted(stages, key=lambda stage: stage == "judge")  # every judge after every training
+    for place, (stage, name, n) in enumerate(order):
+        before = order[:place]
+        if stage == "judge" and name != "shipped":
+            assert ("train", script.run_size(name)[0], n) in before
+        if stage == "train":  # its prompts collected first, the collections in the plan's order
+            assert any(s == "collect" and k >= n for s, _, k in before)
+    assert [step for step in order if step[0] != "judge"] == [step for step in plan if step[0] != "judge"]
+    layout = script.Layout(data=Path("/nonexistent"))
+    monkeypatch.setattr(script, "_plan_total", lambda layout: 9999)
+    monkeypatch.setattr(cpu_info, "bfloat16_units", lambda: "avx512_bf16")
+    assert script._machine_steps(layout) == order
+    monkeypatch.setattr(cpu_info, "bfloat16_units", lambda: None)
+    assert script._machine_steps(layout) == plan
+
+
 def test_a_judge_starts_each_part_only_with_its_time_left_and_the_plan_waits_for_the_next_part(
     tmp_path, monkeypatch, capsys
 ):
