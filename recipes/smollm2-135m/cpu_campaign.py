@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign.judging import HUMANEVAL_FILE, JUDGE_FILES, JUDGE_SPEED_FILE, QUALITY_FILE  # standard library only
-from campaign.scaling import SHIPPED_RUN, run_name, run_size  # standard library only at import
+from campaign.scaling import SHIPPED_RUN, run_name, run_size, steps_label  # standard library only at import
 
 ROOT = Path(__file__).resolve().parent
 SAVE_EVERY_S = 20 * 60
@@ -466,7 +466,7 @@ def write_judged(layout: Layout) -> None:
     rows = judging.read_judged([layout.judged / "base", *(layout.judged / r for r in runs)], runs)
     training = training_records(layout, [r for r in runs if r != SHIPPED_RUN])
     columns = {run: _judged_columns(record) for run, record in training.items()}
-    shipped = "{steps} x {rows_per_step}".format(**scaling.SHIPPED_TRAINING)
+    shipped = steps_label(scaling.SHIPPED_TRAINING)
     columns[SHIPPED_RUN] = {"steps": shipped, "judged": "the package's adapter, under half an epoch"}
     (layout.judged / "judged.md").write_text(judging.markdown(rows, columns))
     scaling.write_curve(rows, layout.results, training)
@@ -499,9 +499,8 @@ def training_records(layout: Layout, runs: list[str]) -> dict[str, dict]:
 
 def _judged_columns(record: dict) -> dict[str, str]:
     """judged.md's steps and weights columns of one run's training record."""
-    rows = f" x {record['rows_per_step']}" if record["rows_per_step"] else ""
     seen = f", {record['tokens']:,} tokens" if record["tokens"] else ""
-    return {"steps": f"{record['steps']}{rows}", "judged": f"final adapter, epoch {record['epoch']:.2f}{seen}"}
+    return {"steps": steps_label(record), "judged": f"final adapter, epoch {record['epoch']:.2f}{seen}"}
 
 
 SCALING_POINTS = (2000, 5000)

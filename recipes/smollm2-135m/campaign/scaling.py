@@ -75,6 +75,15 @@ more steps the more prompts it has, and the targets' plain and 2-blocks prompts 
 shipped adapter trained on almost alone and the campaign's prompt set holds a third of."""
 
 
+def steps_label(training: dict[str, Any]) -> str:
+    """A training record's optimizer steps as the tables print them: `125 x 32` (steps x rows a step), the steps alone
+    where the rows are unknown, `-` without steps."""
+    if training.get("steps") is None:
+        return "-"
+    rows = training.get("rows_per_step")
+    return f"{training['steps']} x {rows}" if rows else str(training["steps"])
+
+
 def _point(row: dict[str, Any], variant: str, count: int, training: dict[str, Any] | None) -> dict[str, Any]:
     judged = row["sets"].get(JUDGE_SET)
     return {
@@ -204,7 +213,7 @@ def markdown(curve: dict[str, Any]) -> str:
         )
         nll = "-" if point["canonical_nll_vs_base"] is None else f"{point['canonical_nll_vs_base']:.3f}x"
         packages = "-" if point.get("packages_prompts") is None else f"{point['packages_prompts']:,}"
-        steps = "-" if point.get("steps") is None else f"{point['steps']} x {point.get('rows_per_step') or '?'}"
+        steps = steps_label(point)
         lines.append(
             f"| {point['name']} | {point['prompts']:,} | {packages} | {steps} | {met} | {loops} | {speeds} | {nll} | "
             f"{point['lossless']} |"
