@@ -62,10 +62,12 @@ def _pad_id(model, tokenizer) -> int:
     return pad if pad is not None else (tokenizer.pad_token_id or 0)
 
 
-def parallel_rows(model, tokenizer, prompt_ids, encoded, settings, known=None) -> tuple[list[dict], dict[str, float]]:
+def parallel_rows(
+    model, tokenizer, prompt_ids, encoded, settings, known=None, check_first_wrong: bool = False
+) -> tuple[list[dict], dict[str, float]]:
     """Trajectory rows of one batch by the parallel method (greedy answers generated unless `known` gives them), and
-    its timing: seconds (generation and iterations), batches whose answers were generated (0 or 1), forwards, argmax
-    disagreements."""
+    its timing: seconds (generation and iterations), batches whose answers were generated (0 or 1), forwards, and
+    with `check_first_wrong` (one more query per block and iteration) the argmax disagreements."""
     start = time.perf_counter()
     blocks = block_trajectories(
         model,
@@ -76,6 +78,7 @@ def parallel_rows(model, tokenizer, prompt_ids, encoded, settings, known=None) -
         eos_ids=eos_token_ids(model.generation_config),
         draft_seed=settings.draft_seed,
         answers=known,
+        check_first_wrong=check_first_wrong,
     )
     rows = [
         {
@@ -95,8 +98,9 @@ def parallel_rows(model, tokenizer, prompt_ids, encoded, settings, known=None) -
         "seconds": time.perf_counter() - start,
         "generated_batches": int(known is None),
         "forwards": blocks.forwards,
-        "disagreements": blocks.disagreements,
     }
+    if check_first_wrong:
+        timing["disagreements"] = blocks.disagreements
     return rows, timing
 
 
@@ -135,9 +139,11 @@ def _warm_up(model, tokenizer, prompts, work: Path, settings: TrajectorySettings
     parallel_rows(model, tokenizer, list(sample["prompt_id"]), encode_prompts(sample, tokenizer), short)
 
 
-def measure_methods(model, tokenizer, prompts, work: Path, settings: TrajectorySettings) -> dict[str, Any]:
+def measure_methods(
+    model, tokenizer, prompts, work: Path, settings: TrajectorySettings, check_first_wrong: bool = False
+) -> dict[str, Any]:
     """Both methods on the same prompts (one batch), timed after a warm-up, and whether they reach the same fixed
-    points."""
+    points (with `check_first_wrong`, the parallel method's argmax disagreements too)."""
     encoded = encode_prompts(prompts, tokenizer)
     folder = work / f"measure-sequential-{settings.dtype}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -146,7 +152,9 @@ def measure_methods(model, tokenizer, prompts, work: Path, settings: TrajectoryS
     sequential = sequential_rows(model, tokenizer, prompts, folder, settings)
     sequential_s = time.perf_counter() - start
     start = time.perf_counter()
-    parallel, timing = parallel_rows(model, tokenizer, list(prompts["prompt_id"]), encoded, settings)
+    parallel, timing = parallel_rows(
+        model, tokenizer, list(prompts["prompt_id"]), encoded, settings, check_first_wrong=check_first_wrong
+    )
     parallel_s = time.perf_counter() - start
     answers = {row["prompt_id"]: row["completion_ids"] for row in sequential}
     same = sum(answers.get(row["prompt_id"]) == row["completion_ids"] for row in parallel)
@@ -163,7 +171,7 @@ def float32_check(model32, tokenizer, prompts, work: Path, settings: TrajectoryS
     """On a sample in float32: the sequential collection's fixed points against greedy answers (identical rows), and
     the parallel method's argmax disagreements with them (none expected)."""
     settings32 = TrajectorySettings(**{**asdict(settings), "dtype": "float32", "batch_size": len(prompts)})
-    result = measure_methods(model32, tokenizer, prompts, work, settings32)
+    result = measure_methods(model32, tokenizer, prompts, work, settings32, check_first_wrong=True)
     sequential = load_trajectories(work / "measure-sequential-float32").to_list()
     fixed_ok = sum(
         [state[-1] for state in row["states"]] == row["fixed_points"]
@@ -266,7 +274,7 @@ def collect_stage(
     done = _collected(folder)
     number = len(list_shards(folder))
     record: dict[str, Any] = {"method": settings.method, "dtype": settings.dtype, "already": len(done)}
-    totals = {"rows": 0, "tokens": 0, "forwards": 0, "disagreements": 0, "generated_batches": 0}
+    totals = {"rows": 0, "tokens": 0, "forwards": 0, "generated_batches": 0}
     start, last_save, record["stopped"] = time.perf_counter(), time.perf_counter(), "done"
     for batch in _batches(ids, [len(e) for e in encoded], done, known, settings.batch_size):
         if timer.expired():

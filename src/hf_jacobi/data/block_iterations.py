@@ -17,9 +17,13 @@ plus one forward per token of a trailing partial block.
 
 The iterations reuse the KV cache greedy generation filled (prompt and answer are already in it), and run in groups of
 rows with similar block counts, so that a forward is not padded to the row with the most blocks. In exact arithmetic
-the first unconverged token always becomes the fixed point's; where a forward's argmax disagrees with the greedy answer
-(a near-tie rounded differently in bfloat16), the token is set to the fixed point's and the disagreement counted, so
-every block still ends at its fixed point. In float32 there are none (tested).
+the first unconverged token always becomes the fixed point's, so an iteration takes it from the answer and queries
+only the tokens after it, whose keys and values see the converged prefix in the cache: a block of n tokens costs
+about n^2 / 2 query tokens over its iterations, and the query that would only predict a known token is one in every
+n - d. `check_first_wrong=True` queries it too (the last converged token, recomputed) and counts where the batched
+argmax disagrees with the greedy answer (a near-tie rounded differently in bfloat16; the token is still set to the
+fixed point's, so every block ends at its fixed point): a check of the method, none in float32 (tested), and the
+same states there.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
 from ..decoding.drafts import PromptDrafter
 from ..decoding.masks import AttentionLayout, layer_masks
+from ..decoding.verify import greedy_choice
 from .answer_cache import AnswerCache, greedy_answers, prefill_answers
 
 MAX_QUERY_TOKENS = 1024
@@ -49,17 +54,20 @@ class BlockRows:
     """Each row's greedy answer, cut after its first EOS (kept)."""
     states: list[list[list[list[int]]]]
     forward_passes: list[int]
-    disagreements: int
-    """First-wrong tokens whose batched argmax differed from the greedy answer (set to the answer's; 0 in float32)."""
+    disagreements: int | None
+    """First-wrong tokens whose batched argmax differed from the greedy answer (set to the answer's; 0 in float32);
+    None unless `check_first_wrong`."""
     forwards: int
     """Model forwards the iterations took (greedy generation and prefill not counted)."""
+    query_tokens: int
+    """Tokens those forwards computed (padding not counted): about n^2 / 2 a block, what the iterations cost."""
 
 
 def _argmax(model, hidden: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
     """The LM head's argmax at each row of `hidden` [N, H], a chunk at a time (full logits of every query would not
     fit). A final soft-cap or a positive logit scale leaves the argmax unchanged."""
     head = model.get_output_embeddings()
-    parts = [head(hidden[start : start + chunk]).argmax(-1) for start in range(0, hidden.shape[0], chunk)]
+    parts = [greedy_choice(head(hidden[start : start + chunk])) for start in range(0, hidden.shape[0], chunk)]
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.long)
 
 
@@ -94,8 +102,9 @@ def _first_wrong(states: torch.Tensor, fixed: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class _Queries:
-    """One iteration's forward, packed per row: for each unconverged block the slots t = d-1 .. n-2 (the last
-    converged token, whose argmax checks the first wrong one, and every later token but the last). [B, Q] each."""
+    """One iteration's forward, packed per row: for each unconverged block the slots t = d - check .. n-2 (with
+    `check`, the last converged token, whose argmax checks the first wrong one; then every later token but the last,
+    whose argmax is the next token's new state). [B, Q] each."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
@@ -106,11 +115,11 @@ class _Queries:
     valid: torch.Tensor
 
 
-def _queries(states, first_wrong, present, prompt_len, width) -> _Queries:
+def _queries(states, first_wrong, present, prompt_len, width, check: int) -> _Queries:
     rows, _, n = states.shape
     slot = torch.arange(n - 1, device=states.device)
     active = present & (first_wrong < n)
-    take = (active[..., None] & (slot >= (first_wrong - 1)[..., None])).view(rows, -1)
+    take = (active[..., None] & (slot >= (first_wrong - check)[..., None])).view(rows, -1)
     count = max(int(take.sum(1).max()), 1)
     order = torch.sort((~take).to(torch.uint8), dim=1, stable=True).indices[:, :count]
     block, t = order // (n - 1), order % (n - 1)
@@ -118,7 +127,7 @@ def _queries(states, first_wrong, present, prompt_len, width) -> _Queries:
     return _Queries(
         tokens=states[:, :, : n - 1].reshape(rows, -1).gather(1, order),
         positions=prompt_len[:, None] + start + t,
-        bound=width + start + first_wrong.gather(1, block) - 1,
+        bound=width + start + first_wrong.gather(1, block) - check,
         block=block,
         slot=t,
         valid=take.gather(1, order),
@@ -141,8 +150,9 @@ def _mask(q: _Queries, padding, columns: int, layout: AttentionLayout, dtype):
 
 
 def _step(states, fixed, first_wrong, present, guess: torch.Tensor, q: _Queries) -> tuple[torch.Tensor, int]:
-    """One Jacobi step of every unconverged block: the converged prefix stays, position i >= d takes the argmax at
-    i - 1. Returns the new states and how many first-wrong tokens the argmax got wrong (set to the fixed point's)."""
+    """One Jacobi step of every unconverged block: the converged prefix stays, position i > d takes the argmax at
+    i - 1 and position d the fixed point's token. Returns the new states and how many first-wrong tokens the argmax
+    got wrong (where it was queried: `check_first_wrong`)."""
     rows, blocks, n = states.shape
     dummy = blocks * (n - 1)
     spread = torch.zeros(rows, dummy + 1, dtype=torch.long, device=states.device)
@@ -153,9 +163,13 @@ def _step(states, fixed, first_wrong, present, guess: torch.Tensor, q: _Queries)
     new = states.clone()
     new[..., 1:] = torch.where(take, guessed, states[..., 1:])
     first = first_wrong.clamp(max=n - 1)[..., None]
+    queried = torch.zeros(rows, dummy + 1, dtype=torch.bool, device=states.device)
+    queried.scatter_(1, torch.where(q.valid, q.block * (n - 1) + q.slot, dummy), q.valid)
+    checked = queried[:, :dummy].view(rows, blocks, n - 1).gather(-1, (first - 1).clamp(min=0)).squeeze(-1)
     wrong = active & (new.gather(-1, first) != fixed.gather(-1, first)).squeeze(-1)
+    wrong_count = int((wrong & checked).sum())
     new = torch.where(wrong[..., None], new.scatter(-1, first, fixed.gather(-1, first)), new)
-    return new, int(wrong.sum())
+    return new, wrong_count
 
 
 def _sub_cache(cache: DynamicCache, rows: torch.Tensor, first: int, last: int) -> DynamicCache:
@@ -166,9 +180,11 @@ def _sub_cache(cache: DynamicCache, rows: torch.Tensor, first: int, last: int) -
     return sub
 
 
-def _iterate_group(model, prompts, answers, counts, prefilled: AnswerCache, rows: list[int], n: int, seed: int):
+def _iterate_group(
+    model, prompts, answers, counts, prefilled: AnswerCache, rows: list[int], n: int, seed: int, check: bool
+):
     """Iterates every block of the rows `rows` (indices into the batch) to its fixed point; returns their histories,
-    the disagreements and the forwards."""
+    the disagreements, the forwards and the tokens they queried."""
     device = model.device
     index = torch.tensor(rows, device=device)
     prompt_len = prefilled.prompt_len[index]
@@ -183,31 +199,33 @@ def _iterate_group(model, prompts, answers, counts, prefilled: AnswerCache, rows
     history = [[[start[i][j]] for j in range(counts[r])] for i, r in enumerate(rows)]
     layout = AttentionLayout.from_config(model.config)
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
-    disagreements = forwards = 0
+    disagreements = forwards = queried = 0
     columns = cache.get_seq_length()
     while True:
         first_wrong = _first_wrong(states, fixed)
         if not bool((present & (first_wrong < n)).any()):
             break
-        q = _queries(states, first_wrong, present, prompt_len, width)
-        mask = _mask(q, padding, columns, layout, model.dtype)
-        hidden = base(
-            input_ids=q.tokens,
-            position_ids=q.positions,
-            attention_mask=mask,
-            use_cache=True,
-            **{CACHE_ARGUMENT: cache},
-        ).last_hidden_state
-        cache.crop(-q.tokens.shape[1])
+        q = _queries(states, first_wrong, present, prompt_len, width, int(check))
         guess = torch.zeros_like(q.tokens)
-        guess[q.valid] = _argmax(model, hidden[q.valid])
+        if bool(q.valid.any()):  # none when every unconverged block lacks only its last token
+            mask = _mask(q, padding, columns, layout, model.dtype)
+            hidden = base(
+                input_ids=q.tokens,
+                position_ids=q.positions,
+                attention_mask=mask,
+                use_cache=True,
+                **{CACHE_ARGUMENT: cache},
+            ).last_hidden_state
+            cache.crop(-q.tokens.shape[1])
+            guess[q.valid] = _argmax(model, hidden[q.valid])
+            forwards, queried = forwards + 1, queried + int(q.valid.sum())
         new, wrong = _step(states, fixed, first_wrong, present, guess, q)
-        disagreements, forwards = disagreements + wrong, forwards + 1
+        disagreements += wrong
         listed = new.tolist()
         for i, j in ((new != states).any(-1) & present).nonzero().tolist():
             history[i][j].append(listed[i][j])
         states = new
-    return history, disagreements, forwards
+    return history, disagreements, forwards, queried
 
 
 def _groups(counts: list[int], n: int, max_query_tokens: int) -> list[list[int]]:
@@ -235,12 +253,15 @@ def block_trajectories(
     draft_seed: int = 0,
     answers: Sequence[Sequence[int]] | None = None,
     max_query_tokens: int = MAX_QUERY_TOKENS,
+    check_first_wrong: bool = False,
 ) -> BlockRows:
     """Every complete block's Jacobi states, initial draft to fixed point, for a batch of prompts (token ids).
 
     Greedy answers are generated first (`max_new_tokens`, cut after EOS), unless `answers` gives them (then one
     prefill replaces the generation); then all blocks of a group of rows iterate together, one forward per
-    iteration, on the cache generation filled.
+    iteration, on the cache generation filled. `check_first_wrong` also queries each block's last converged token and
+    counts where its argmax disagrees with the answer (`BlockRows.disagreements`), for one more query per block and
+    iteration (about an eighth more at block 16).
     """
     n = block_size
     if answers is None:
@@ -251,11 +272,13 @@ def block_trajectories(
     counts = [len(answer) // n for answer in answers]
     tails = [len(answer) - count * n for answer, count in zip(answers, counts, strict=True)]
     states: list[list] = [[] for _ in prompts]
-    disagreements = forwards = 0
+    disagreements = forwards = queried = 0
     for rows in _groups(counts, n, max_query_tokens):
-        history, wrong, steps = _iterate_group(model, prompts, answers, counts, prefilled, rows, n, draft_seed)
+        history, wrong, steps, tokens = _iterate_group(
+            model, prompts, answers, counts, prefilled, rows, n, draft_seed, check_first_wrong
+        )
         for row, blocks in zip(rows, history, strict=True):
             states[row] = blocks
-        disagreements, forwards = disagreements + wrong, forwards + steps
+        disagreements, forwards, queried = disagreements + wrong, forwards + steps, queried + tokens
     passes = [sum(len(s) - 1 for s in blocks) + tail for blocks, tail in zip(states, tails, strict=True)]
-    return BlockRows(answers, states, passes, disagreements, forwards)
+    return BlockRows(answers, states, passes, disagreements if check_first_wrong else None, forwards, queried)

@@ -8,7 +8,6 @@ then every block's iterations at once). Both return `TrajectoryRow` dicts, so th
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,6 @@ from ..measurement import generated_tokens
 from .block_iterations import block_trajectories
 from .trajectories import TrajectoryRecorder, block_states
 from .trajectory_schema import TrajectoryRow
-
-logger = logging.getLogger(__name__)
 
 METHODS = ("sequential", "parallel")
 """The collection methods: the decoding loop's own states, or every block's iterations at once from greedy's answers."""
@@ -97,10 +94,4 @@ class BatchCollector:
             eos_ids=set(self.eos_ids),
             draft_seed=self.draft_seed,
         )
-        if found.disagreements:
-            logger.info(
-                "%d first-wrong tokens whose batched argmax differed from greedy's were set to greedy's (near-ties "
-                "that round differently at another width; none in float32)",
-                found.disagreements,
-            )
         return list(zip(found.answers, found.states, found.forward_passes, strict=True))

@@ -43,7 +43,7 @@ from .static_cache import StaticKVSlots, defer_slot_moves, static_width_count, t
 from .step_layout import StepLayout
 from .stopping import RowStopper
 from .streaming import ColumnStreamer
-from .verify import process_column_scores
+from .verify import greedy_choice, process_column_scores
 
 
 class StepRecorder(Protocol):
@@ -157,7 +157,7 @@ def _first_tokens(scores: torch.Tensor, do_sample: bool) -> list[int]:
     """Each row's first new token from the prefill's processed scores, drawn or argmax as greedy/sampling would."""
     if do_sample:
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
-    return scores.argmax(dim=-1).tolist()
+    return greedy_choice(scores).tolist()
 
 
 def _step(
@@ -229,7 +229,7 @@ def _verify(
     if len(logits_processor):  # they get float32 scores, as generate gives them; an argmax needs no copy (exact cast)
         logits = logits.float()
     scores = process_column_scores(logits_processor, committed, running, logits, layout)
-    return scores, scores.argmax(dim=-1).tolist()
+    return scores, greedy_choice(scores).tolist()
 
 
 def _commit_row(
