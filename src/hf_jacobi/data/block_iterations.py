@@ -39,7 +39,7 @@ from ..decoding.cache import CACHE_ARGUMENT
 from ..decoding.drafts import PromptDrafter
 from ..decoding.masks import AttentionLayout, layer_masks
 from ..decoding.verify import greedy_choice
-from .answer_cache import AnswerCache, greedy_answers, prefill_answers
+from .answer_cache import AnswerCache, ReservedCache, greedy_answers, prefill_answers
 
 MAX_QUERY_TOKENS = 1024
 """Query tokens one iteration forward holds at most (rows are grouped to stay under it): wide enough to keep a matrix
@@ -172,9 +172,10 @@ def _step(states, fixed, first_wrong, present, guess: torch.Tensor, q: _Queries)
     return new, wrong_count
 
 
-def _sub_cache(cache: DynamicCache, rows: torch.Tensor, first: int, last: int) -> DynamicCache:
-    """Rows `rows`, columns [first, last) of `cache`, as a new plain cache (a copy: iterations append and crop)."""
-    sub = DynamicCache()
+def _sub_cache(cache: DynamicCache, rows: torch.Tensor, first: int, last: int, queries: int) -> DynamicCache:
+    """Rows `rows`, columns [first, last) of `cache`, as a new plain cache (a copy: iterations append and crop) with
+    room for `queries` more columns, what an iteration's forward appends before it is cropped again."""
+    sub = ReservedCache(last - first + queries)
     for index, layer in enumerate(cache.layers):
         sub.update(layer.keys[rows, :, first:last], layer.values[rows, :, first:last], index)
     return sub
@@ -191,7 +192,7 @@ def _iterate_group(
     padding = prefilled.width - prompt_len
     first = int(padding.min())  # columns every row of the group pads, and those past its last block, are cut
     last = prefilled.width + max(counts[r] for r in rows) * n
-    cache = _sub_cache(prefilled.cache, index, first, last)
+    cache = _sub_cache(prefilled.cache, index, first, last, max(counts[r] for r in rows) * (n - 1))
     padding, width = padding - first, prefilled.width - first
     fixed, present = _fixed_points([answers[r] for r in rows], [counts[r] for r in rows], n, device)
     states = torch.where(present[..., None], _initial_states([prompts[r] for r in rows], fixed, seed), fixed)
