@@ -9,9 +9,12 @@ the iterations' query tokens, so that a change is read as fewer tokens or faster
     python lab/benchmarks/collection_rate.py --prompts 64 --dtype bfloat16 \\
         --output docs/results/campaign-cpu/collection-rate/parallel-64.json
 
-The prompts are the first `--prompts` of the campaign's collection order
-(recipes/smollm2-135m/data/campaign-cpu/train-order.parquet), chat template applied, one batch; block 16, 128 new
-tokens, as the campaign collected. Time it on a quiet machine: another torch job beside it halves its figures.
+The prompts are the first `--prompts` of the campaign's collection order (`--sample collection-order`:
+recipes/smollm2-135m/data/campaign-cpu/train-order.parquet, shuffled, then sorted by length within chunks of 1,024, so
+that a batch's prompts are about as long), or of its prompt set's training split as stored (`--sample prompt-set`:
+the sample the campaign's own measurement times, `gpu_campaign.py --measure-prompts`, whose prompts range from ~70 to
+~430 tokens), chat template applied, one batch; block 16, 128 new tokens, as the campaign collected. Time it on a
+quiet machine: another torch job beside it halves its figures.
 """
 
 from __future__ import annotations
@@ -26,16 +29,24 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDER = ROOT / "recipes" / "smollm2-135m" / "data" / "campaign-cpu" / "train-order.parquet"
+RECIPE = ROOT / "recipes" / "smollm2-135m"
+DATA = RECIPE / "data" / "campaign-cpu"
+SAMPLES = ("collection-order", "prompt-set")
 
 
-def _prompts(tokenizer, count: int) -> list[list[int]]:
+def _prompts(tokenizer, count: int, sample: str) -> list[list[int]]:
     import datasets
     import pyarrow.parquet as pq
 
     from hf_jacobi.data.prompts import encode_prompts
 
-    table = pq.read_table(ORDER).slice(0, count).to_pydict()
+    if sample == "prompt-set":
+        sys.path.insert(0, str(RECIPE))
+        from campaign.prompts import PromptSet
+
+        train = PromptSet.read(DATA / "prompts.parquet").dataset("train")
+        return encode_prompts(train.select(range(min(count, len(train)))), tokenizer)
+    table = pq.read_table(DATA / "train-order.parquet").slice(0, count).to_pydict()
     messages = [[{"role": "user", "content": text}] for text in table["prompt"]]
     return encode_prompts(
         datasets.Dataset.from_dict({"prompt_id": table["prompt_id"], "messages": messages}), tokenizer
@@ -89,7 +100,8 @@ def measure(model, tokenizer, prompts: list[list[int]], args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=64, help="the first N prompts of the collection order")
+    parser.add_argument("--prompts", type=int, default=64, help="the first N prompts of the sample")
+    parser.add_argument("--sample", choices=SAMPLES, default="collection-order", help="which prompts (see above)")
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--block-size", type=int, default=16)
@@ -116,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         "block_size": args.block_size,
         "max_new_tokens": args.max_new_tokens,
         "check_first_wrong": args.check_first_wrong,
-        "measured": measure(model, tokenizer, _prompts(tokenizer, args.prompts), args),
+        "sample": args.sample,
+        "measured": measure(model, tokenizer, _prompts(tokenizer, args.prompts, args.sample), args),
     }
     print(json.dumps(report, indent=2))
     if args.output:

@@ -5,33 +5,62 @@ from __future__ import annotations
 
 from .core import RESULTS, Page, block, load, markdown_table
 
-COLLECTION = "campaign-cpu/collection-methods-64.json"
+COLLECTIONS = {
+    "2026-11-28": "campaign-cpu/collection-methods-64.json",
+    "2026-12-05": "campaign-cpu/collection-methods-64-2026-12-05.json",
+}
+"""The campaign's own measurement of both collection methods on the same 64 prompts, by date (README beside them)."""
 PADDING = "campaign-cpu/padding.json"
+PHASES = "campaign-cpu/collection-rate"
+"""`lab/benchmarks/collection_rate.py` runs: `before-<k>.json` at the commit before the December 5 changes,
+`after-<k>.json` after them, alternated on one quiet machine; `check-first-wrong-<k>.json` after them with
+`--check-first-wrong` (the first wrong token queried, as before)."""
 
 
 @block("campaign-collection-rate")
 def campaign_collection_rate(page: Page) -> str:
-    """Both collection methods on the campaign's same 64 prompts in bfloat16, and the float32 check."""
-    stage = load(COLLECTION)["stages"]["trajectories"]
-    measured, check = stage["measured"], stage["float32_check"]
+    """Both collection methods on the campaign's same 64 prompts in bfloat16, each measurement, and the float32
+    check of the newest."""
     lines = [
-        "| method (bfloat16, one batch of 64, 128 tokens, block 16) | answer tokens | seconds | tokens/s |",
-        "|---|---:|---:|---:|",
+        "| measured (bfloat16, one batch of 64, 128 tokens, block 16) | method | answer tokens | seconds | tokens/s |",
+        "|---|---|---:|---:|---:|",
     ]
-    for method in ("sequential", "parallel"):
-        row = measured[method]
-        lines.append(f"| {method} | {row['tokens']:,} | {row['seconds']:.0f} | {row['tokens_per_s']:.1f} |")
-    par, timed = check["parallel"], measured["parallel"]
-    in_bfloat16 = (  # measurements since the first wrong token is taken from the answer do not query it
-        f" (in bfloat16: {timed['disagreements']} first-wrong tokens set to greedy's)"
-        if "disagreements" in timed
-        else ""
-    )
+    for date, path in COLLECTIONS.items():
+        measured = load(path)["stages"]["trajectories"]["measured"]
+        for method in ("sequential", "parallel"):
+            row = measured[method]
+            lines.append(
+                f"| {date} ({page.ref(path)}) | {method} | {row['tokens']:,} | {row['seconds']:.0f} | "
+                f"{row['tokens_per_s']:.1f} |"
+            )
+    newest = list(COLLECTIONS.values())[-1]
+    check = load(newest)["stages"]["trajectories"]["float32_check"]
+    par = check["parallel"]
     return "\n".join(lines) + (
-        f"\n\nFloat32 check on {check['batch_size']} prompts: Jacobi answers identical to greedy "
-        f"{check['jacobi_answers_equal_greedy']}, argmax disagreements of the parallel method {par['disagreements']}"
-        f"{in_bfloat16}. File: {page.ref(COLLECTION)}."
+        f"\n\nFloat32 check of the newest on {check['batch_size']} prompts: Jacobi answers identical to greedy "
+        f"{check['jacobi_answers_equal_greedy']}, argmax disagreements of the parallel method {par['disagreements']}, "
+        f"exact: {check['exact']}."
     )
+
+
+@block("campaign-collection-phases")
+def campaign_collection_phases(page: Page) -> str:
+    """The parallel method's two phases before and after the December 5 changes, each run of the alternation."""
+    lines = [
+        "| code | commit | greedy s | iterations s | query tokens per answer token | tokens/s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, label in (("before", "before"), ("after", "after"), ("check-first-wrong", "after, check_first_wrong")):
+        for path in sorted((RESULTS / PHASES).glob(f"{name}-[0-9]*.json")):
+            report = load(f"{PHASES}/{path.name}")
+            m = report["measured"]
+            per_token = m["query_tokens_per_answer_token"]
+            lines.append(
+                f"| {page.ref(f'{PHASES}/{path.name}', label)} | {report['commit']} | {m['greedy_seconds']:.1f} | "
+                f"{m['iteration_seconds']:.1f} | {'not counted' if per_token is None else per_token} | "
+                f"{m['tokens_per_s']:.1f} |"
+            )
+    return "\n".join(lines)
 
 
 @block("campaign-padding")
