@@ -149,3 +149,13 @@ def test_hf_jacobi_collect_takes_the_method(tmp_path, capsys):
     assert (
         "argument --method: invalid choice: 'fast' (choose from 'sequential', 'parallel')" in capsys.readouterr().err
     )
+
+
+def test_iteration_groups_gather_rows_of_like_block_counts_and_prompt_lengths():
+    from hf_jacobi.data.block_iterations import _groups
+
+    counts = [2, 2, 2, 2, 1, 0, 2]
+    lengths = [90, 10, 50, 11, 300, 5, 49]
+    # 3 queries a block (n = 4): two rows padded to 2 blocks fill a forward of 12 queries; the row without a block
+    # iterates nothing, and rows of 2 blocks pair by prompt length (10 with 11, 49 with 50), not by index
+    assert _groups(counts, lengths, 4, 12) == [[4, 1], [3, 6], [2, 0]]
