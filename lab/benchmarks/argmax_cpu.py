@@ -12,13 +12,16 @@ values), per dtype, and checks that they agree, including on ties.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from lab.reports import emit
 
 
 def _median_ms(function, repeats: int) -> float:
@@ -69,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         "vocab": args.vocab,
         "dtypes": measure(args.rows, args.vocab, args.repeats),
     }
-    print(json.dumps(report, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    emit(report, args.output)
     return 0
 
 

@@ -20,7 +20,6 @@ quiet machine: another torch job beside it halves its figures.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -29,6 +28,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from lab.reports import emit  # noqa: E402
+
 RECIPE = ROOT / "recipes" / "smollm2-135m"
 DATA = RECIPE / "data" / "campaign-cpu"
 SAMPLES = ("collection-order", "prompt-set")
@@ -131,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "sample": args.sample,
         "measured": measure(model, tokenizer, _prompts(tokenizer, args.prompts, args.sample), args),
     }
-    print(json.dumps(report, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    emit(report, args.output)
     return 0
 
 

@@ -6,15 +6,22 @@ from __future__ import annotations
 from .core import RESULTS, Page, block, load, markdown_table
 
 COLLECTIONS = {
-    "2026-11-28": "campaign-cpu/collection-methods-64.json",
-    "2026-12-05": "campaign-cpu/collection-methods-64-2026-12-05.json",
+    "2026-11-28, ece04e7+1": "campaign-cpu/collection-methods-64.json",
+    "2026-12-05, 3b095c3": "campaign-cpu/collection-methods-64-3b095c3.json",
+    "2026-12-05, 2c3d746": "campaign-cpu/collection-methods-64-2c3d746.json",
 }
-"""The campaign's own measurement of both collection methods on the same 64 prompts, by date (README beside them)."""
+"""The campaign's own measurement of both collection methods on the same 64 prompts, by date and code (README
+beside them)."""
 PADDING = "campaign-cpu/padding.json"
 PHASES = "campaign-cpu/collection-rate"
-"""`lab/benchmarks/collection_rate.py` runs: `before-<k>.json` at the commit before the December 5 changes,
-`after-<k>.json` after them, alternated on one quiet machine; `check-first-wrong-<k>.json` after them with
-`--check-first-wrong` (the first wrong token queried, as before)."""
+"""`lab/benchmarks/collection_rate.py` runs, named `<sample>-<commit>[-check]-<k>.json` (README beside them)."""
+CODE = {
+    "85cec3e": "before",
+    "3b095c3": "first wrong token from the answer, `greedy_choice`, reserved cache",
+    "f0958db": "the same code (the benchmark's `--sample` added)",
+    "2c3d746": "and prompts prefilled in runs of like length, groups by prompt length",
+}
+"""The commits the runs measured, in order, and what each changed in the parallel method."""
 
 
 @block("campaign-collection-rate")
@@ -45,21 +52,24 @@ def campaign_collection_rate(page: Page) -> str:
 
 @block("campaign-collection-phases")
 def campaign_collection_phases(page: Page) -> str:
-    """The parallel method's two phases before and after the December 5 changes, each run of the alternation."""
+    """The parallel method's two phases at each commit, on both samples, every run."""
     lines = [
-        "| code | commit | greedy s | iterations s | query tokens per answer token | tokens/s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| sample | code | greedy s | iterations s | query tokens per answer token | tokens/s | file |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
-    for name, label in (("before", "before"), ("after", "after"), ("check-first-wrong", "after, check_first_wrong")):
-        for path in sorted((RESULTS / PHASES).glob(f"{name}-[0-9]*.json")):
-            report = load(f"{PHASES}/{path.name}")
-            m = report["measured"]
-            per_token = m["query_tokens_per_answer_token"]
-            lines.append(
-                f"| {page.ref(f'{PHASES}/{path.name}', label)} | {report['commit']} | {m['greedy_seconds']:.1f} | "
-                f"{m['iteration_seconds']:.1f} | {'not counted' if per_token is None else per_token} | "
-                f"{m['tokens_per_s']:.1f} |"
-            )
+    order = list(CODE)
+    reports = [(path.name, load(f"{PHASES}/{path.name}")) for path in (RESULTS / PHASES).glob("*.json")]
+    reports.sort(key=lambda item: (item[1]["sample"], order.index(item[1]["commit"]), item[0]))
+    for name, report in reports:
+        m = report["measured"]
+        code = f"{report['commit']}: {CODE[report['commit']]}"
+        if report["check_first_wrong"]:
+            code += ", `--check-first-wrong`"
+        per_token = m["query_tokens_per_answer_token"]
+        lines.append(
+            f"| {report['sample']} | {code} | {m['greedy_seconds']:.1f} | {m['iteration_seconds']:.1f} | "
+            f"{'not counted' if per_token is None else per_token} | {m['tokens_per_s']:.1f} | {page.ref(f'{PHASES}/{name}')} |"
+        )
     return "\n".join(lines)
 
 
