@@ -79,8 +79,8 @@ def test_step_profile_counts_the_loops_own_ops_per_step(tmp_path, capsys: pytest
     report = json.loads(out.read_text())
     assert report["steps"] > 1 and report["ms_per_step"] > 0 and report["path"] == "eager"
     assert report["ops_per_step"] == pytest.approx(sum(report["ops_by_name_per_step"].values()))
-    assert report["ops_per_step"] > 0  # at least the argmax of each step's logits
-    assert "aten::argmax" in report["ops_by_name_per_step"]
+    assert report["ops_per_step"] > 0  # at least the greedy choice over each step's logits
+    assert "aten::max" in report["ops_by_name_per_step"]
     assert f"outside the compiled forward: {report['ops_per_step']:.1f}" in capsys.readouterr().out
 
 

@@ -44,10 +44,9 @@ def greedy_choice(scores: torch.Tensor) -> torch.Tensor:
     """The index of each row's largest score over the last dimension: `argmax(dim=-1)`, the same index (the first
     largest on ties, NaN taken as largest), computed as `max(dim=-1).indices`.
 
-    Why not `argmax`: on a CPU, torch 2.13's argmax over bfloat16 runs a scalar loop, about 5x slower than `max` over
-    the same tensor (512 x 49,152 bfloat16 scores on one thread: 136 ms against 25 ms; float32 33 against 29), which is
-    a tenth of a bfloat16 decoding step's time at the embedded model's vocabulary and a sixth of the parallel
-    collection's block iterations (`lab/benchmarks/argmax_cpu.py`)."""
+    Why not `argmax`: on a CPU, torch 2.13's argmax over bfloat16 runs a scalar loop, several times slower than `max`
+    over the same tensor, a visible share of a bfloat16 decoding step at a vocabulary the size of the embedded model's
+    (figures: docs/results/campaign-cpu/README.md, from `lab/benchmarks/argmax_cpu.py`)."""
     return scores.max(dim=-1).indices
 
 
