@@ -330,9 +330,22 @@ def test_export_weights_keeps_the_adapters_own_jacobi_settings_unless_a_flag_ove
         OWN_SETTINGS, ngram_pool_size=0, verify_size=None
     )
     assert exported("auto", "--cache-implementation", "auto") == OWN_SETTINGS.replace(cache_implementation="auto")
+    fallback = ("cpu:float32", "cpu:bfloat16:none")
+    assert exported("greedy", "--greedy-devices", *fallback) == OWN_SETTINGS.replace(greedy_devices=fallback)
+    out = tmp_path / "greedy"  # an earlier export's fallback is the adapter's own; the flag alone clears it
+    assert main(["export-weights", str(out), "--output-dir", str(tmp_path / "again")]) == 0
+    assert JacobiConfig.from_generation_config(
+        GenerationConfig.from_pretrained(tmp_path / "again")
+    ).greedy_devices == (fallback)
+    assert exported("nowhere", "--greedy-devices") == OWN_SETTINGS.replace(greedy_devices=())
+    assert (
+        main(["export-weights", str(source), "--output-dir", str(tmp_path / "bad"), "--greedy-devices", "cpu:x"]) == 1
+    )
+    assert "jacobi_greedy_devices entry 'cpu:x' is not understood" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
     with pytest.raises(SystemExit):
         main(["export-weights", "--help"])
-    assert " ".join(capsys.readouterr().out.split()).count("default: the adapter's, else") == 6
+    assert " ".join(capsys.readouterr().out.split()).count("default: the adapter's, else") == 7
     with pytest.raises(SystemExit):
         main(["export-weights", str(source), "--cache-implementation", "paged"])
     assert "invalid choice: 'paged'" in capsys.readouterr().err

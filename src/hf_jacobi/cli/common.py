@@ -169,7 +169,15 @@ def encode_prompt(
 def jacobi_config(args: argparse.Namespace, generation_config: GenerationConfig | None) -> JacobiConfig:
     """The Jacobi settings the command line sets, on top of those `generation_config` carries (a checkpoint's, or the
     shipped adapter's tuned defaults), on top of the library defaults; a bad value in the file is named."""
-    flags = ("block_size", "num_blocks", "ngram_pool_size", "verify_size", "ngram_size", "cache_implementation")
+    flags = (
+        "block_size",
+        "num_blocks",
+        "ngram_pool_size",
+        "verify_size",
+        "ngram_size",
+        "cache_implementation",
+        "greedy_devices",
+    )
     try:
         return JacobiConfig.from_generation_config(generation_config, **{f: getattr(args, f, None) for f in flags})
     except ValueError as error:

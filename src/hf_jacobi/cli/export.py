@@ -73,4 +73,13 @@ def add_parser(commands) -> None:
         help=f"the cache generate(decoding='jacobi') uses ({own} 'dynamic'); 'auto': the compiled static cache where "
         "generate compiles (an accelerator), the dynamic one elsewhere",
     )
+    parser.add_argument(
+        "--greedy-devices",
+        nargs="*",
+        default=None,
+        metavar="ENTRY",
+        help=f"where decoding='jacobi' decodes greedily instead, entries 'device', 'device:dtype' or "
+        f"'cpu:dtype:units' (units: amx, avx512_bf16, none), e.g. cpu:float32 cpu:bfloat16:none; the flag alone: "
+        f"nowhere ({own} nowhere)",
+    )
     parser.set_defaults(handler=run_export_command)
