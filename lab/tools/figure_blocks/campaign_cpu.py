@@ -139,3 +139,34 @@ def glance_loops_row(page: Page) -> str:
         f"| answers collapsed into a loop, {total} other held-out plain requests (the CPU campaign's judging set, "
         f"128 tokens) | {base_loops} | {shipped_loops} | {page.ref(f'{SCALING}.json')} |"
     )
+
+
+@block("campaign-best-sentence")
+def campaign_best_sentence(page: Page) -> str:
+    """The README's sentence on the campaign so far: its best point that meets every quality bar (most tokens per
+    forward with plain Jacobi on the `packages` prompts) beside the shipped adapter, and the curve's variant over its
+    sizes with its trend, so that a reader sees at once whether data is the lever and how far the targets are."""
+    curve = load(f"{SCALING}.json")
+    kept = [p for p in curve["points"] if p["variant"] != "base" and p["bars"]["met"] == p["bars"]["of"]]
+    if not kept:
+        raise ValueError(f"{SCALING}.json has no campaign run that meets every quality bar yet")
+    best = max(kept, key=lambda p: p["tokens_per_forward"]["plain"])
+    shipped = curve["reference"]
+    variant = best["variant"]
+    sizes = sorted((p for p in curve["points"] if p["variant"] == variant), key=lambda p: p["prompts"])
+    trend = (curve["trends"].get(variant) or {}).get("plain")
+    along = " / ".join(f"{p['tokens_per_forward']['plain']:.3f}" for p in sizes)
+    counts = " / ".join(f"{p['prompts']:,}" for p in sizes)
+    text = (
+        f"Its best point so far that meets every quality bar, `{best['name']}` ({best['prompts']:,} prompts, "
+        f"{best['steps']} steps of {best['rows_per_step']} rows), loops on {best['judge_loops'][0]} of the "
+        f"{best['judge_loops'][1]} judging requests (the shipped adapter {shipped['judge_loops'][0]}, the bar allows "
+        f"the base's share + 3 points) and accepts {best['tokens_per_forward']['plain']:.3f} tokens per forward with "
+        f"plain Jacobi on the `packages` prompts (the shipped adapter {shipped['tokens_per_forward']['plain']:.3f}); "
+        f"`{variant}` over {counts} prompts: {along}"
+    )
+    if trend:
+        text += (
+            f", {trend['per_doubling']:+.3f} per doubling of the data, against a target of {curve['targets']['plain']}"
+        )
+    return f"{text} ({page.ref(f'{SCALING}.json')})."
