@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from .core import RESULTS, Page, block, load, markdown_table
 
+EPYC = "2-core AMD EPYC, AVX-512 BF16, no AMX"
+XEON = "2-core Intel Xeon, AMX"
 COLLECTIONS = {
-    "2026-11-28, ece04e7+1": "campaign-cpu/collection-methods-64.json",
-    "2026-12-05, 3b095c3": "campaign-cpu/collection-methods-64-3b095c3.json",
-    "2026-12-05, 2c3d746": "campaign-cpu/collection-methods-64-2c3d746.json",
+    "2026-11-28, ece04e7+1": ("campaign-cpu/collection-methods-64.json", EPYC),
+    "2026-12-05, 3b095c3": ("campaign-cpu/collection-methods-64-3b095c3.json", EPYC),
+    "2026-12-05, 2c3d746": ("campaign-cpu/collection-methods-64-2c3d746.json", EPYC),
+    "2026-12-06, 72f827e": ("campaign-cpu/collection-methods-64-72f827e-amx.json", XEON),
 }
-"""The campaign's own measurement of both collection methods on the same 64 prompts, by date and code (README
-beside them)."""
+"""The campaign's own measurement of both collection methods on the same 64 prompts, by date and code, and the
+machine it ran on (README beside them); 72f827e runs the parallel method of 2c3d746."""
 PADDING = "campaign-cpu/padding.json"
 PHASES = "campaign-cpu/collection-rate"
 """`lab/benchmarks/collection_rate.py` runs, named `<sample>-<commit>[-check]-<k>.json` (README beside them)."""
@@ -29,18 +32,19 @@ def campaign_collection_rate(page: Page) -> str:
     """Both collection methods on the campaign's same 64 prompts in bfloat16, each measurement, and the float32
     check of the newest."""
     lines = [
-        "| measured (bfloat16, one batch of 64, 128 tokens, block 16) | method | answer tokens | seconds | tokens/s |",
-        "|---|---|---:|---:|---:|",
+        "| measured (bfloat16, one batch of 64, 128 tokens, block 16) | machine | method | answer tokens | seconds "
+        "| tokens/s |",
+        "|---|---|---|---:|---:|---:|",
     ]
-    for date, path in COLLECTIONS.items():
+    for date, (path, machine) in COLLECTIONS.items():
         measured = load(path)["stages"]["trajectories"]["measured"]
         for method in ("sequential", "parallel"):
             row = measured[method]
             lines.append(
-                f"| {date} ({page.ref(path)}) | {method} | {row['tokens']:,} | {row['seconds']:.0f} | "
+                f"| {date} ({page.ref(path)}) | {machine} | {method} | {row['tokens']:,} | {row['seconds']:.0f} | "
                 f"{row['tokens_per_s']:.1f} |"
             )
-    newest = list(COLLECTIONS.values())[-1]
+    newest = list(COLLECTIONS.values())[-1][0]
     check = load(newest)["stages"]["trajectories"]["float32_check"]
     par = check["parallel"]
     return "\n".join(lines) + (
