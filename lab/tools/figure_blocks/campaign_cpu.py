@@ -174,3 +174,46 @@ def campaign_best_sentence(page: Page) -> str:
             f", {trend['per_doubling']:+.3f} per doubling of the data, against a target of {curve['targets']['plain']}"
         )
     return f"{text} ({page.ref(f'{SCALING}.json')})."
+
+
+SHIP_RUN = "lora-r16-kl30-n9999"
+SHIP = f"campaign-cpu/ship-{SHIP_RUN}"
+"""`make -f recipes/smollm2-135m/Makefile cpu-campaign-ship`: the candidate exported with the shipped Jacobi defaults,
+its quality by the package guard's protocol, and both adapters timed in one sitting (README beside them)."""
+SHIP_DEFAULT = "Jacobi recycling n=8"
+"""The shipped default (block 8 + pool 4) as the bench's explicit row: what a plain call runs on a CPU."""
+
+
+@block("campaign-ship")
+def campaign_ship(page: Page) -> str:
+    """The campaign's best point against the shipped adapter at the shipped default, wall time in both dtypes on the
+    same held-out prompts in one sitting, and their answers by the quality guard's protocol: what the choice to ship
+    rests on."""
+    lines = [
+        "| adapter | dtype | tokens/forward | tok/s (median of 2 rounds) | vs greedy (`generate`) | vs compiled greedy "
+        "| identical to greedy in its dtype | file |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    machine = None
+    for dtype in ("float32", "bfloat16"):
+        for weights, label in (("candidate", f"`{SHIP_RUN}`"), ("shipped", "shipped")):
+            path = f"{SHIP}/compiled-{dtype}-{weights}/bench.json"
+            report = load(path)
+            machine = report["meta"]["machine"]
+            row = {r["setting"]: r for r in report["summary"]}[SHIP_DEFAULT]
+            lines.append(
+                f"| {label} | {dtype} | {row['tokens_per_forward']:.2f} | {row['tokens_per_s']:.1f} | "
+                f"{row['speedup_vs_ar']:.2f}x | {row['speedup_vs_best_ar']:.2f}x | {row['identical']}/{row['samples']} | "
+                f"{page.ref(path, 'bench.json')} |"
+            )
+    quality = load(f"{SHIP}/quality/quality.json")
+    models = {m["name"]: m["quality"] for m in quality["models"]}
+    ours, base_q = models[SHIP_RUN], models["base"]
+    chat, code = ours["requests"], ours["code-tasks"]
+    return "\n".join(lines) + (
+        f"\n\n{machine}; batch 1, 128 new tokens, `packages` test prompts 33-40. By the quality guard's protocol "
+        f"(float32, batch 8) its answers loop on {chat['collapsed']} of the 48 chat requests (base "
+        f"{base_q['requests']['collapsed']}) and {code['collapsed']} of the 32 code requests (base "
+        f"{base_q['code-tasks']['collapsed']}), and {code['code_passed']} code answers pass their tests (base "
+        f"{base_q['code-tasks']['code_passed']}) ({page.ref(f'{SHIP}/quality/quality.json')})."
+    )
