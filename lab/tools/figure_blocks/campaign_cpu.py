@@ -217,3 +217,26 @@ def campaign_ship(page: Page) -> str:
         f"{base_q['code-tasks']['collapsed']}), and {code['code_passed']} code answers pass their tests (base "
         f"{base_q['code-tasks']['code_passed']}) ({page.ref(f'{SHIP}/quality/quality.json')})."
     )
+
+
+def _ship_rows(dtype: str) -> tuple[dict, dict]:
+    """The shipped default's bench row of the candidate and of the shipped adapter in `dtype`."""
+    rows = []
+    for weights in ("candidate", "shipped"):
+        summary = load(f"{SHIP}/compiled-{dtype}-{weights}/bench.json")["summary"]
+        rows.append({r["setting"]: r for r in summary}[SHIP_DEFAULT])
+    return rows[0], rows[1]
+
+
+@block("campaign-ship-sentence")
+def campaign_ship_sentence(page: Page) -> str:
+    """The README's sentence on the candidate against the shipped adapter at the shipped default."""
+    (f32, f32_shipped), (bf16, bf16_shipped) = _ship_rows("float32"), _ship_rows("bfloat16")
+    return (
+        f"At the shipped default (block 8 + pool 4) on 8 held-out code prompts it runs "
+        f"{f32['tokens_per_s'] / f32_shipped['tokens_per_s']:.2f}x the shipped adapter's speed in float32 "
+        f"({f32['speedup_vs_best_ar']:.2f}x compiled greedy against {f32_shipped['speedup_vs_best_ar']:.2f}x) and "
+        f"{bf16['tokens_per_s'] / bf16_shipped['tokens_per_s']:.2f}x in bfloat16 ({bf16['speedup_vs_best_ar']:.2f}x "
+        f"against {bf16_shipped['speedup_vs_best_ar']:.2f}x), on a 2-core Intel Xeon with AMX "
+        f"({page.ref(f'{SHIP}/compiled-float32-candidate/bench.json', 'bench.json')})"
+    )
