@@ -23,6 +23,7 @@ CODE = {
     "3b095c3": "first wrong token from the answer, `greedy_choice`, reserved cache",
     "f0958db": "the same code (the benchmark's `--sample` added)",
     "2c3d746": "and prompts prefilled in runs of like length, groups by prompt length",
+    "3038484": "2c3d746's method",
 }
 """The commits the runs measured, in order, and what each changed in the parallel method."""
 
@@ -58,8 +59,8 @@ def campaign_collection_rate(page: Page) -> str:
 def campaign_collection_phases(page: Page) -> str:
     """The parallel method's two phases at each commit, on both samples, every run."""
     lines = [
-        "| sample | code | greedy s | iterations s | query tokens per answer token | tokens/s | file |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| sample | CPU | code | greedy s | iterations s | query tokens per answer token | tokens/s | file |",
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
     order = list(CODE)
     reports = [(path.name, load(f"{PHASES}/{path.name}")) for path in (RESULTS / PHASES).glob("*.json")]
@@ -71,7 +72,7 @@ def campaign_collection_phases(page: Page) -> str:
             code += ", `--check-first-wrong`"
         per_token = m["query_tokens_per_answer_token"]
         lines.append(
-            f"| {report['sample']} | {code} | {m['greedy_seconds']:.1f} | {m['iteration_seconds']:.1f} | "
+            f"| {report['sample']} | {report['cpu']} | {code} | {m['greedy_seconds']:.1f} | {m['iteration_seconds']:.1f} | "
             f"{'not counted' if per_token is None else per_token} | {m['tokens_per_s']:.1f} | {page.ref(f'{PHASES}/{name}')} |"
         )
     return "\n".join(lines)
