@@ -3,7 +3,7 @@ its judged runs (what `recipes/smollm2-135m/cpu_campaign.py` writes to docs/resu
 
 from __future__ import annotations
 
-from .core import RESULTS, Page, block, load, markdown_table
+from .core import RESULTS, Page, bench_rows, block, load, markdown_table
 
 EPYC = "2-core AMD EPYC, AVX-512 BF16, no AMX"
 XEON = "2-core Intel Xeon, AMX"
@@ -185,6 +185,11 @@ SHIP_DEFAULT = "Jacobi recycling n=8"
 """The shipped default (block 8 + pool 4) as the bench's explicit row: what a plain call runs on a CPU."""
 
 
+def _ship_bench(dtype: str, weights: str) -> str:
+    """The bench.json of `weights` ("candidate" or "shipped") in `dtype`, as the recipe names its folders."""
+    return f"{SHIP}/compiled-{dtype}-{weights}/bench.json"
+
+
 @block("campaign-ship")
 def campaign_ship(page: Page) -> str:
     """The campaign's best point against the shipped adapter at the shipped default, wall time in both dtypes on the
@@ -195,13 +200,10 @@ def campaign_ship(page: Page) -> str:
         "| identical to greedy in its dtype | file |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    machine = None
     for dtype in ("float32", "bfloat16"):
         for weights, label in (("candidate", f"`{SHIP_RUN}`"), ("shipped", "shipped")):
-            path = f"{SHIP}/compiled-{dtype}-{weights}/bench.json"
-            report = load(path)
-            machine = report["meta"]["machine"]
-            row = {r["setting"]: r for r in report["summary"]}[SHIP_DEFAULT]
+            path = _ship_bench(dtype, weights)
+            row = bench_rows(path)[SHIP_DEFAULT]
             lines.append(
                 f"| {label} | {dtype} | {row['tokens_per_forward']:.2f} | {row['tokens_per_s']:.1f} | "
                 f"{row['speedup_vs_ar']:.2f}x | {row['speedup_vs_best_ar']:.2f}x | {row['identical']}/{row['samples']} | "
@@ -212,7 +214,7 @@ def campaign_ship(page: Page) -> str:
     ours, base_q = models[SHIP_RUN], models["base"]
     chat, code = ours["requests"], ours["code-tasks"]
     return "\n".join(lines) + (
-        f"\n\n{machine}; batch 1, 128 new tokens, `packages` test prompts 33-40. By the quality guard's protocol "
+        f"\n\n{load(_ship_bench('float32', 'candidate'))['meta']['machine']}; batch 1, 128 new tokens, `packages` test prompts 33-40. By the quality guard's protocol "
         f"(float32, batch 8) its answers loop on {chat['collapsed']} of the 48 chat requests (base "
         f"{base_q['requests']['collapsed']}) and {code['collapsed']} of the 32 code requests (base "
         f"{base_q['code-tasks']['collapsed']}), and {code['code_passed']} code answers pass their tests (base "
@@ -222,11 +224,7 @@ def campaign_ship(page: Page) -> str:
 
 def _ship_rows(dtype: str) -> tuple[dict, dict]:
     """The shipped default's bench row of the candidate and of the shipped adapter in `dtype`."""
-    rows = []
-    for weights in ("candidate", "shipped"):
-        summary = load(f"{SHIP}/compiled-{dtype}-{weights}/bench.json")["summary"]
-        rows.append({r["setting"]: r for r in summary}[SHIP_DEFAULT])
-    return rows[0], rows[1]
+    return tuple(bench_rows(_ship_bench(dtype, weights))[SHIP_DEFAULT] for weights in ("candidate", "shipped"))
 
 
 @block("campaign-ship-sentence")
@@ -239,5 +237,5 @@ def campaign_ship_sentence(page: Page) -> str:
         f"({f32['speedup_vs_best_ar']:.2f}x compiled greedy against {f32_shipped['speedup_vs_best_ar']:.2f}x) and "
         f"{bf16['tokens_per_s'] / bf16_shipped['tokens_per_s']:.2f}x in bfloat16 ({bf16['speedup_vs_best_ar']:.2f}x "
         f"against {bf16_shipped['speedup_vs_best_ar']:.2f}x), on a 2-core Intel Xeon with AMX "
-        f"({page.ref(f'{SHIP}/compiled-float32-candidate/bench.json', 'bench.json')})"
+        f"({page.ref(_ship_bench('float32', 'candidate'), 'bench.json')})"
     )
