@@ -194,7 +194,7 @@ def test_a_shipped_adapter_judged_by_the_campaign_is_the_reference_with_its_judg
     assert reference["prompts"] == 2024 and reference["judge_loops"] == [42, 400]
     table = scaling.markdown(curve)
     assert "| shipped | 2,024 | 1,800 | 250 x 4 | 10/10 | 42/400 |" in table  # its training, from its model card
-    assert "shipped: the adapter the package ships" in table
+    assert "shipped: the adapter the package shipped while the campaign ran" in table
     unjudged = scaling.scaling_points(rows)
     assert unjudged["reference"] is None and "shipped" not in scaling.markdown(unjudged)
 

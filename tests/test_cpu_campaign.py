@@ -335,3 +335,24 @@ def test_a_judge_starts_each_part_only_with_its_time_left_and_the_plan_waits_for
     cut = argparse.Namespace(layout=layout, run="r", judge_batch_size=16, minutes=first["evaluate-humaneval.json"] - 1)
     assert script.judge(cut) == 0
     assert "stopping before evaluate-humaneval.json" in capsys.readouterr().out
+
+
+def test_judging_the_reference_refuses_weights_that_are_not_its_own(tmp_path, monkeypatch):
+    """`judge --run shipped` judges the adapter the package shipped while the campaign ran; since the campaign's own
+    point replaced it in the package, judging the package's weights under that name would file the new adapter's
+    figures under the old one's training, so it refuses them and names the commit that still holds the reference."""
+    import hashlib
+
+    import campaign.scaling
+
+    import hf_jacobi.adapters
+
+    script = _script()
+    with pytest.raises(SystemExit, match=f"{campaign.scaling.SHIPPED_COMMIT}"):
+        script.reference_weights()  # the package ships the campaign's adapter now
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "adapter_model.safetensors").write_bytes(b"the reference")
+    monkeypatch.setattr(hf_jacobi.adapters, "JACOBI_FORCING_WEIGHTS", folder)
+    monkeypatch.setattr(campaign.scaling, "SHIPPED_SHA256", hashlib.sha256(b"the reference").hexdigest())
+    assert script.reference_weights() == folder

@@ -26,14 +26,15 @@ import pytest
 pytestmark = pytest.mark.integration
 
 BASE_RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "quality-cpu" / "repair-step100"
-"""The `hf-jacobi quality` run that measured the base model (beside the adapter shipped before this one): its
+"""The `hf-jacobi quality` run that measured the base model (beside the repair round's adapter): its
 answers.json holds the base model's answers as token ids (the merged front beside it keeps the base's texts only)."""
 
-SHIPPED_RUN = BASE_RUN.parent / "base-scale-kl10-step250"
-"""The `hf-jacobi quality` run of the shipped adapter (beside the base's figures of BASE_RUN): its answers.json holds
-the adapter's answers as token ids, under SHIPPED_NAME."""
-SHIPPED_NAME = "base-scale-kl10-step250"
-SHIPPED_SHA256 = "aa58b601784e43336da00aa0abe8acd32a2355ecaa5fdb8b4cb7aa1444f58c73"
+SHIPPED_RUN = BASE_RUN.parents[1] / "campaign-cpu" / "ship-lora-r16-kl30-n9999" / "quality"
+"""The `hf-jacobi quality` run of the shipped adapter (the CPU campaign's `lora-r16-kl30-n9999`, shipped since
+2026-12-06; `cpu-campaign-ship` measured it beside the base's figures of BASE_RUN): its answers.json holds the adapter's
+answers as token ids, under SHIPPED_NAME."""
+SHIPPED_NAME = "lora-r16-kl30-n9999"
+SHIPPED_SHA256 = "4fb38addc45c28d31a76ea75387fc7a029b191729811997f27c525d7dacae13f"
 """SHA-256 of the shipped adapter_model.safetensors whose answers SHIPPED_RUN holds."""
 
 

@@ -435,9 +435,7 @@ def judge(args: argparse.Namespace) -> int:
     base = layout.judged / "base"
     weights, output = layout.adapters / args.run, layout.judged / args.run
     if args.run == SHIPPED_RUN:
-        from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
-
-        weights = JACOBI_FORCING_WEIGHTS
+        weights = reference_weights()
     if not (weights / ADAPTER_FILE).is_file():
         raise SystemExit(f"{weights} holds no adapter: train {args.run} to the end of its epoch first")
     if starts(QUALITY_FILE):
@@ -457,6 +455,28 @@ def judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def reference_weights() -> Path:
+    """The package's adapter folder, where it still holds the reference the campaign judged as `shipped`
+    (`scaling.SHIPPED_SHA256`): since the campaign's own point replaced it, judging `shipped` again would put the new
+    weights under the old adapter's name and training."""
+    import hashlib
+
+    from campaign import scaling
+    from campaign.lowrank import ADAPTER_FILE
+
+    from hf_jacobi import adapters
+
+    weights = adapters.JACOBI_FORCING_WEIGHTS
+    found = hashlib.sha256((weights / ADAPTER_FILE).read_bytes()).hexdigest()
+    if found != scaling.SHIPPED_SHA256:
+        raise SystemExit(
+            f"the package's adapter ({weights}, SHA-256 {found[:12]}) is no longer the reference judged as "
+            f"{SHIPPED_RUN!r} (base-scale-kl10-step250, SHA-256 {scaling.SHIPPED_SHA256[:12]}): its judge is committed "
+            f"in judged/{SHIPPED_RUN}/; to judge it again, run from a checkout of {scaling.SHIPPED_COMMIT}"
+        )
+    return weights
+
+
 def write_judged(layout: Layout) -> None:
     """judged.md over every judged run, and the scaling curve in the results folder (`campaign/scaling.py`), each
     with what the runs' training records say (`training_records`)."""
@@ -467,7 +487,7 @@ def write_judged(layout: Layout) -> None:
     training = training_records(layout, [r for r in runs if r != SHIPPED_RUN])
     columns = {run: _judged_columns(record) for run, record in training.items()}
     shipped = steps_label(scaling.SHIPPED_TRAINING)
-    columns[SHIPPED_RUN] = {"steps": shipped, "judged": "the package's adapter, under half an epoch"}
+    columns[SHIPPED_RUN] = {"steps": shipped, "judged": "the package's adapter until 2026-12-06, under half an epoch"}
     (layout.judged / "judged.md").write_text(judging.markdown(rows, columns))
     scaling.write_curve(rows, layout.results, training)
 

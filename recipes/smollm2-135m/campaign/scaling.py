@@ -37,16 +37,21 @@ FULL_SET = 10_000
 JUDGE_SET = "judge"
 """The campaign's own held-out plain requests (`judging._set_label` of judge.parquet)."""
 SHIPPED_PROMPTS = 2024
-"""Prompts the shipped adapter trained on, its place on the x axis (LoRA r16, 250 steps on 2,024 base trajectories of
+"""Prompts that reference adapter trained on, its place on the x axis (LoRA r16, 250 steps on 2,024 base trajectories of
 other prompts: under half an epoch)."""
 SHIPPED_TRAINING = {"steps": 250, "rows_per_step": 4, "packages_prompts": 1800}
-"""How the shipped adapter trained (its model card): 250 optimizer steps of 4 rows, on 1,800 `packages` prompts of
+"""How that reference adapter trained (its model card then): 250 optimizer steps of 4 rows, on 1,800 `packages` prompts of
 its 2,024, the kind of the targets' plain and 2-blocks test prompts."""
 
 
 SHIPPED_RUN = "shipped"
-"""The judged name of the adapter the package ships (`cpu_campaign.py judge --run shipped` judges it by the
-campaign's protocol): the reference every run has to beat."""
+"""The judged name of the adapter the package shipped while the campaign ran (`base-scale-kl10-step250`, 2026-11-26 to
+2026-12-06; `cpu_campaign.py judge --run shipped` judged it by the campaign's protocol): the reference every run had
+to beat. The campaign's `lora-r16-kl30-n9999` replaced it in the package."""
+SHIPPED_SHA256 = "aa58b601784e43336da00aa0abe8acd32a2355ecaa5fdb8b4cb7aa1444f58c73"
+"""SHA-256 of that reference's adapter_model.safetensors: judging `shipped` refuses other weights."""
+SHIPPED_COMMIT = "7714017"
+"""The last commit whose package held the reference's weights."""
 
 
 def run_name(variant: str, prompts: int) -> str:
@@ -72,7 +77,7 @@ TRAINING_KEYS = ("steps", "rows_per_step", "packages_prompts")
 """What a point records of its training beside its prompts (None where unknown): optimizer steps, rows a step, and
 how many of its prompts are `packages` prompts. The points differ in these as well as in data: a run's epoch takes
 more steps the more prompts it has, and the targets' plain and 2-blocks prompts are `packages` prompts, which the
-shipped adapter trained on almost alone and the campaign's prompt set holds a third of."""
+reference adapter trained on almost alone and the campaign's prompt set holds a third of."""
 
 
 def steps_label(training: dict[str, Any]) -> str:
@@ -102,8 +107,8 @@ def _point(row: dict[str, Any], variant: str, count: int, training: dict[str, An
 def scaling_points(rows: list[dict[str, Any]], training: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The curve's points from judged rows: the base (0 prompts) and each variant's run, with the speed settings the
     targets name, the quality bars met, the loops on the judging requests and the HumanEval canonical NLL, and what
-    `training` (by run name: TRAINING_KEYS) says of its training; and the reference point, the shipped adapter as the
-    campaign judged it (`judge --run shipped`; None before), which is not on the curve."""
+    `training` (by run name: TRAINING_KEYS) says of its training; and the reference point, the adapter shipped then as
+    the campaign judged it (`judge --run shipped`; None before), which is not on the curve."""
     training = training or {}
     judged = {row["name"]: row for row in rows}
     shipped = judged.pop(SHIPPED_RUN, None)
@@ -222,8 +227,9 @@ def markdown(curve: dict[str, Any]) -> str:
     note = ""
     if curve.get("reference"):
         note = (
-            " shipped: the adapter the package ships, for reference (LoRA r16, 250 steps of 4 rows on 2,024 "
-            "trajectories of other prompts, 1,800 of them `packages` prompts, under half an epoch)."
+            " shipped: the adapter the package shipped while the campaign ran (`base-scale-kl10-step250`, until "
+            "2026-12-06), for reference (LoRA r16, 250 steps of 4 rows on 2,024 trajectories of other prompts, 1,800 "
+            "of them `packages` prompts, under half an epoch)."
         )
     return (
         "\n".join(lines) + f"\n\nTargets (issue 62), at every quality bar: {targets}.{note}{_trend_sentence(curve)}\n"
@@ -264,7 +270,7 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
         if base is not None and base["tokens_per_forward"].get(key) is not None:
             axis.axhline(base["tokens_per_forward"][key], color="grey", linestyle=":", label="base")
         if (shipped := curve.get("reference")) and shipped["tokens_per_forward"].get(key) is not None:
-            axis.axhline(shipped["tokens_per_forward"][key], color="black", linestyle="-.", label="shipped")
+            axis.axhline(shipped["tokens_per_forward"][key], color="black", linestyle="-.", label="shipped before")
         if not any(p["tokens_per_forward"].get(key) is not None for p in curve["points"]):
             axis.text(0.5, 0.5, "not measured yet", transform=axis.transAxes, ha="center", color="grey")
         if key in curve["targets"]:
