@@ -134,8 +134,11 @@ def bold_if(label: str, text: str) -> str:
     return f"**{text}**" if label.startswith("**") else text
 
 
-# the rounds of the shipped chain, each with the evaluation files that hold its held-out figures
-SHIPPED = "lora-r16-base-scale-kl10-step250"
+# the shipped adapter and the rounds before it, each with the evaluation files that hold its held-out figures: the CPU
+# campaign's point (shipped since 2026-12-06), the GPU-trained fresh adapter (shipped 2026-11-26 to 2026-12-06), then
+# the CPU chain
+SHIPPED = "lora-r16-kl30-n9999"
+PREVIOUS = "lora-r16-base-scale-kl10-step250"
 REPAIR = "lora-r16-base-targets-step100"
 ROUND4 = "lora-r16-round4-w16"
 ROUND3 = "lora-r16-onpolicy-kl1-anchor300"

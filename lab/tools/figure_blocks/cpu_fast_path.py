@@ -1,4 +1,4 @@
-"""The CPU's fast path (issue 63): the shipped adapter's default in bfloat16 and float32 on a CPU with bfloat16 units,
+"""The CPU's fast path (issue 63): the previous adapter's default in bfloat16 and float32 on a CPU with bfloat16 units,
 against eager and compiled greedy in both dtypes, and the quality of its bfloat16 answers."""
 
 from __future__ import annotations

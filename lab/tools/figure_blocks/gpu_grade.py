@@ -1,5 +1,5 @@
 """The GPU-grade runs on one H200 (lab/benchmarks/bench_gpu.py and profile_step.py): decoding at each dtype and
-batch, host work, traces and forward-cost projections, for the shipped adapter and the one it replaced."""
+batch, host work, traces and forward-cost projections, for the adapter shipped 2026-11-26 to 2026-12-06 and the one it replaced."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 from .core import Page, block, load
 
 GRADE = "gpu-h200-grade"  # the adapter the shipped one replaced, every dtype and batch (2026-11-26)
-SHIPPED_GRADE = "gpu-h200-shipped"  # the shipped adapter: float32 batch 1, bfloat16 batch 8 (2026-11-27)
+SHIPPED_GRADE = "gpu-h200-shipped"  # the adapter shipped then: float32 batch 1, bfloat16 batch 8 (2026-11-27)
 
 
 def grade_rows(dtype: str | None = None, batch: int | None = None, folder: str = GRADE) -> list[dict]:
@@ -154,7 +154,7 @@ def gpu_tpf_settings(page: Page) -> str:
             f"{r['identical']}/{data['prompts']} |"
         )
     return "\n".join(rows) + (
-        f"\n\n`lab/benchmarks/tpf_settings.py` on this CPU: the shipped adapter, float32, batch 1, the same "
+        f"\n\n`lab/benchmarks/tpf_settings.py` on this CPU: the previous adapter, float32, batch 1, the same "
         f"{data['prompts']} prompts, {data['max_new_tokens']} tokens. File: {page.ref(path)}."
     )
 
@@ -196,7 +196,7 @@ def gpu_trace(page: Page) -> str:
         files.append(page.ref(f"{TRACE}/{name}", f"{dtype} batch {batch}"))
     return "\n".join(rows) + (
         "\n\n`lab/benchmarks/profile_step.py --trace` (and `--split` for the step and its host work) on one NVIDIA H200, "
-        "the shipped adapter, 2 blocks of 16 + recycling on the compiled static cache against greedy on the static "
+        "the previous adapter, 2 blocks of 16 + recycling on the compiled static cache against greedy on the static "
         'cache compiled in mode "reduce-overhead", the first `packages` test prompt(s), 128 tokens; per forward the '
         "prefill included. Files: "
         + ", ".join(files)

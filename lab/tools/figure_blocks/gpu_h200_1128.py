@@ -1,4 +1,4 @@
-"""The shipped adapter against CUDA-graph greedy on one H200, 2026-11-28 (docs/results/gpu-h200-2026-11-28/): all four
+"""The previous adapter against CUDA-graph greedy on one H200, 2026-11-28 (docs/results/gpu-h200-2026-11-28/): all four
 entries, bfloat16 and float32 at batch 1 and 8.
 
 Two of the four bench.json files came back; every entry's log holds the table `hf-jacobi bench` printed, so an entry

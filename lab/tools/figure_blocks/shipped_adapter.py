@@ -3,9 +3,10 @@ tables and the quality study), quoted alike by the README, the results page and 
 
 from __future__ import annotations
 
-from .campaign_cpu import glance_loops_row, judge_loops_sentence
+from .campaign_cpu import glance_loops_row, glance_ship_row, judge_loops_sentence
 from .core import (
     JF,
+    PREVIOUS,
     REPAIR,
     ROUND2,
     ROUND3,
@@ -13,7 +14,6 @@ from .core import (
     SHIPPED,
     Page,
     base,
-    bench_rows,
     block,
     bold_if,
     evaluation,
@@ -21,16 +21,18 @@ from .core import (
     markdown_table,
     trained,
 )
-from .cpu_bench import PATHS_COMPILED, PATHS_HELDOUT, PATHS_SECOND
 from .cpu_fast_path import glance_row as cpu_fast_path_row
 from .gpu_h200_1128 import glance_row as gpu_glance_row
 
 QUALITY_FRONT = "quality-cpu/front"
 """The answer-quality study of every adapter (`hf-jacobi quality`, merged with --merge)."""
-SHIPPED_QUALITY = "base-scale-shipped"
-"""The shipped adapter's name in that study."""
-PREVIOUS_QUALITY = "repair-100-steps"
-"""The adapter it replaced (the repair round's step 100, shipped until 2026-11-26), whose speed was measured on GPUs."""
+SHIPPED_QUALITY = "lora-r16-kl30-n9999"
+"""The shipped adapter's name in that study (the CPU campaign's point, shipped since 2026-12-06)."""
+PREVIOUS_QUALITY = "base-scale-kl10"
+"""The adapter it replaced (the GPU-trained fresh adapter, shipped 2026-11-26 to 2026-12-06), on which the GPU and
+AVX-512 BF16 wall times were measured."""
+REPAIR_QUALITY = "repair-100-steps"
+"""The adapter before that (the repair round's step 100, shipped until 2026-11-26)."""
 
 
 def quality_model(name: str) -> dict:
@@ -52,7 +54,14 @@ HUMANEVAL_ROWS = [
     ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-humaneval-{ROUND3}"),
     ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-humaneval-{ROUND4}"),
     ("repair round: round 4 on the base's own answers (shipped until 2026-11-26)", f"evaluate-humaneval-{REPAIR}"),
-    ("**a fresh adapter on the base's own answers, KL x10 (shipped)**", f"evaluate-humaneval-{SHIPPED}"),
+    (
+        "a fresh adapter on the base's own answers, KL x10 (shipped 2026-11-26 to 2026-12-06)",
+        f"evaluate-humaneval-{PREVIOUS}",
+    ),
+    (
+        "**the CPU campaign's: 9,999 prompts' trajectories, one epoch, KL x30 (shipped)**",
+        f"evaluate-humaneval-{SHIPPED}",
+    ),
 ]
 
 
@@ -111,9 +120,11 @@ def eval_128_tokens(page: Page) -> str:
         f"{r4[0].tpf('both', 2)} ({r4[0].counts('both')}) |",
         f"| round 3 | {r3[1].tpf('plain')} ({r3[1].counts('plain')}) | {r3[1].tpf('both', 2)} ({r3[1].counts('both')}) |",
         f"| round 4 | {r4[1].tpf('plain')} ({r4[1].counts('plain')}) | {r4[1].tpf('both', 2)} ({r4[1].counts('both')}) |",
-        f"| repair round (shipped until 2026-11-26) | {quality_speed(PREVIOUS_QUALITY, 'plain', 3)} | "
+        f"| repair round (shipped until 2026-11-26) | {quality_speed(REPAIR_QUALITY, 'plain', 3)} | "
+        f"{quality_speed(REPAIR_QUALITY, 'both', 2)} |",
+        f"| fresh adapter, KL x10 (shipped 2026-11-26 to 2026-12-06) | {quality_speed(PREVIOUS_QUALITY, 'plain', 3)} | "
         f"{quality_speed(PREVIOUS_QUALITY, 'both', 2)} |",
-        f"| **fresh adapter, KL x10 (shipped)** | **{quality_speed(SHIPPED_QUALITY, 'plain', 3)}** | "
+        f"| **the CPU campaign's, KL x30 (shipped)** | **{quality_speed(SHIPPED_QUALITY, 'plain', 3)}** | "
         f"**{quality_speed(SHIPPED_QUALITY, 'both', 2)}** |",
     ]
     files = f"{page.ref(f'{JF}/evaluate-128-tokens-{ROUND4}.json')}, {page.ref(f'{QUALITY_FRONT}/quality.json')}"
@@ -131,14 +142,9 @@ def untrained_acceptance(page: Page) -> str:
     return f"about {packages:.2f} tokens per forward, {low:.2f}-{high:.2f} with rejection recycling"
 
 
-def _speedup(row: dict) -> str:
-    return f"{row['speedup_vs_best_ar']:.2f}x"
-
-
 @block("glance")
 def glance(page: Page) -> str:
     he = evaluation(f"evaluate-humaneval-{SHIPPED}")
-    shipped_cpu, earlier_cpu = bench_rows(PATHS_SECOND)[PATHS_COMPILED], bench_rows(PATHS_HELDOUT)[PATHS_COMPILED]
     fhe, fq = f"{JF}/evaluate-humaneval-{SHIPPED}.json", f"{QUALITY_FRONT}/quality.json"
     base_q, shipped_q = quality_model("base")["quality"], quality_model(SHIPPED_QUALITY)["quality"]
     rows = [
@@ -159,13 +165,16 @@ def glance(page: Page) -> str:
         f"{base_q['code-tasks']['collapsed']} / {base_q['code-tasks']['code_passed']} | "
         f"{shipped_q['code-tasks']['collapsed']} / {shipped_q['code-tasks']['code_passed']} | {page.ref(fq)} |",
         glance_loops_row(page),
-        f"| 2-core CPU, 2 quiet threads, batch 1, 8 other held-out prompts: the shipped default (block 8 + recycling) "
-        f"on the compiled static cache vs compiled greedy (two machines of one kind) | - | {_speedup(shipped_cpu)}, "
-        f"{_speedup(earlier_cpu)} | {page.ref(PATHS_SECOND, 'bench.json')}, {page.ref(PATHS_HELDOUT, 'bench.json')} |",
-        cpu_fast_path_row(page),
-        gpu_glance_row(page),
+        glance_ship_row(page),
+        previous_adapter(cpu_fast_path_row(page)),
+        previous_adapter(gpu_glance_row(page)),
     ]
     return "\n".join(rows)
+
+
+def previous_adapter(row: str) -> str:
+    """A glance row measured on the adapter shipped before (no GPU has run the shipped one yet), said in its label."""
+    return row.replace("| ", "| the adapter shipped before (`base-scale-kl10-step250`), ", 1)
 
 
 @block("quality-summary")
@@ -176,17 +185,17 @@ def quality_summary(page: Page) -> str:
     he = trained(f"evaluate-humaneval-{SHIPPED}")
     return (
         f"On 48 plain chat requests no training run saw (greedy, 128 tokens), the shipped adapter's answers collapse "
-        f"into a loop {chat['collapsed']} times (base {base_chat['collapsed']}, the repair-round adapter it replaces "
+        f"into a loop {chat['collapsed']} times (base {base_chat['collapsed']}, the adapter it replaced "
         f"{previous['requests']['collapsed']}), their distinct 3-grams are "
         f"{chat['distinct_3grams'] / base_chat['distinct_3grams']:.2f}x the base's and the base model's NLL of them "
         f"{chat['base_nll'] / base_chat['base_nll']:.2f}x its NLL of its own (bars: 3 points, 0.9x, 1.2x). On 32 code "
-        f"requests run against their tests it passes {code['code_passed']} (base {base_code['code_passed']}) and "
-        f"{code['collapsed']} of its answers loop (base {base_code['collapsed']}, the repair round "
-        f"{previous['code-tasks']['collapsed']}); distinct 3-grams {code['distinct_3grams'] / base_code['distinct_3grams']:.2f}x, "
+        f"requests run against their tests it passes {code['code_passed']} (base {base_code['code_passed']}, the "
+        f"adapter before {previous['code-tasks']['code_passed']}) and {code['collapsed']} of its answers loop (base "
+        f"{base_code['collapsed']}); distinct 3-grams {code['distinct_3grams'] / base_code['distinct_3grams']:.2f}x, "
         f"NLL {code['base_nll'] / base_code['base_nll']:.2f}x. HumanEval's canonical solutions: "
-        f"{he.canonical_ratio:.3f}x the base's NLL. The price of keeping the base's answers is speed: the repair round "
-        f"accepted more tokens per forward with answers that looped. Every adapter side by side: "
-        f"{page.ref(f'{QUALITY_FRONT}/quality.md')} and {page.ref(f'{QUALITY_FRONT}/quality.png', 'its plot')}. "
+        f"{he.canonical_ratio:.3f}x the base's NLL. The price of keeping the base's answers is speed: adapters "
+        f"anchored less to the base accepted more tokens per forward with answers that looped. Every adapter side by "
+        f"side: {page.ref(f'{QUALITY_FRONT}/quality.md')} and {page.ref(f'{QUALITY_FRONT}/quality.png', 'its plot')}. "
         f"{judge_loops_sentence(page)}"
     )
 
@@ -220,7 +229,7 @@ def demo_counts(page: Page) -> str:
 
 
 TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluation of the 48 other held-out prompts)
-    ("shipped (step 250)", SHIPPED_QUALITY, "evaluate-heldout48-shipped"),
+    ("shipped 2026-11-26 to 2026-12-06 (step 250)", PREVIOUS_QUALITY, "evaluate-heldout48-shipped"),
     ("trained further, step 150", "base-scale-more-step150", "evaluate-heldout48-base-scale-more-step150"),
     ("trained further, step 300", "base-scale-more-step300", "evaluate-heldout48-base-scale-more-step300"),
     ("KL x7 anchor, step 250", "base-scale-kl7-step250", "evaluate-heldout48-base-scale-kl7-step250"),
@@ -230,7 +239,7 @@ TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluatio
 
 @block("trained-further")
 def trained_further(page: Page) -> str:
-    """The shipped adapter against itself trained on and against weaker anchors: acceptance at the shipped default's
+    """The adapter shipped 2026-11-26 to 2026-12-06 against itself trained on and against weaker anchors: acceptance at the shipped default's
     setting on prompts no other figure uses, beside every quality count of the study."""
     rows = [
         "| adapter | block 8 + pool 4 tokens/forward, 48 other held-out prompts | their distinct 3-grams | base NLL of "
