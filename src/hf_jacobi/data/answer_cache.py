@@ -21,6 +21,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
+from ..decoding.sdpa_gqa import cpu_gqa
 from ..measurement import generated_tokens
 
 
@@ -148,13 +149,14 @@ def prefill_context(model, prompts: Sequence[Sequence[int]], cache: ReservedCach
         batch = left_padded([prompts[r][:-1] for r in run], pad_id, model.device)
         run_width = batch["input_ids"].shape[1]
         filled = DynamicCache()
-        model(
-            **batch,
-            position_ids=(batch["attention_mask"].cumsum(1) - 1).clamp(min=0),
-            use_cache=True,
-            logits_to_keep=1,
-            **{CACHE_ARGUMENT: filled},
-        )
+        with cpu_gqa(model.device):
+            model(
+                **batch,
+                position_ids=(batch["attention_mask"].cumsum(1) - 1).clamp(min=0),
+                use_cache=True,
+                logits_to_keep=1,
+                **{CACHE_ARGUMENT: filled},
+            )
         if cache.get_seq_length() == 0:  # the first run gives the layers' shapes: every row's columns start as zeros
             for index, layer in enumerate(filled.layers):
                 zeros = layer.keys.new_zeros(len(prompts), layer.keys.shape[1], width, layer.keys.shape[-1])
@@ -206,12 +208,13 @@ def prefill_answers(
         valid[row, width : width + len(answer)] = 1
     cache = DynamicCache()
     position_ids = (valid.cumsum(1) - 1).clamp(min=0)
-    model(
-        input_ids=ids.to(model.device),
-        attention_mask=valid.to(model.device),
-        position_ids=position_ids.to(model.device),
-        use_cache=True,
-        logits_to_keep=1,
-        **{CACHE_ARGUMENT: cache},
-    )
+    with cpu_gqa(model.device):
+        model(
+            input_ids=ids.to(model.device),
+            attention_mask=valid.to(model.device),
+            position_ids=position_ids.to(model.device),
+            use_cache=True,
+            logits_to_keep=1,
+            **{CACHE_ARGUMENT: cache},
+        )
     return AnswerCache(cache, width, torch.tensor([len(p) for p in prompts], device=model.device))

@@ -38,6 +38,7 @@ from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
 from ..decoding.drafts import PromptDrafter
 from ..decoding.masks import AttentionLayout, layer_masks
+from ..decoding.sdpa_gqa import cpu_gqa
 from ..decoding.verify import greedy_choice
 from .answer_cache import AnswerCache, ReservedCache, greedy_answers, prefill_answers
 
@@ -210,13 +211,14 @@ def _iterate_group(
         guess = torch.zeros_like(q.tokens)
         if bool(q.valid.any()):  # none when every unconverged block lacks only its last token
             mask = _mask(q, padding, columns, layout, model.dtype)
-            hidden = base(
-                input_ids=q.tokens,
-                position_ids=q.positions,
-                attention_mask=mask,
-                use_cache=True,
-                **{CACHE_ARGUMENT: cache},
-            ).last_hidden_state
+            with cpu_gqa(device):
+                hidden = base(
+                    input_ids=q.tokens,
+                    position_ids=q.positions,
+                    attention_mask=mask,
+                    use_cache=True,
+                    **{CACHE_ARGUMENT: cache},
+                ).last_hidden_state
             cache.crop(-q.tokens.shape[1])
             guess[q.valid] = _argmax(model, hidden[q.valid])
             forwards, queried = forwards + 1, queried + int(q.valid.sum())
