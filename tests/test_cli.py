@@ -7,6 +7,7 @@ embedded SmolLM2-135M with few prompts and tokens, since a CPU decodes it at abo
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
@@ -202,6 +203,9 @@ def test_adapter_flag_merges_a_trained_adapter_with_its_jacobi_defaults(
     loaded = common.load_model(tiny_checkpoint, "float32", adapter=folder)
     torch.testing.assert_close(loaded.model.model.layers[0].self_attn.q_proj.weight, expected)
     assert loaded.model.generation_config.jacobi_block_size == 3 and str(folder) in loaded.name
+    # what bench.json records of it: the weights themselves, not a name that may come to mean other weights
+    weights = hashlib.sha256((folder / "adapter_model.safetensors").read_bytes()).hexdigest()
+    assert loaded.adapter_sha256 == weights
     argv = ["generate", "hello world", "--model", str(tiny_checkpoint), "--adapter", str(folder)]
     code = cli.main([*argv, "--max-new-tokens", "10", "--compare", "--no-chat-template"])
     out = capsys.readouterr().out
@@ -367,6 +371,7 @@ def test_bench_command_writes_table_json_and_plot(tiny_checkpoint: Path, tmp_pat
     assert "| AR (generate) | 0.0% |" in out and "| Jacobi both n=4 |" in out and "3/3 |" in out
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["meta"]["command"].startswith("hf-jacobi bench --model") and saved["meta"]["batch_size"] == 2
+    assert saved["meta"]["adapter_sha256"] is None  # no adapter merged
     assert [row["setting"] for row in saved["summary"]][:2] == ["AR (generate)", "Jacobi plain n=2"]
     assert (tmp_path / "bench.md").read_text().startswith("| setting | accuracy |")
     assert (tmp_path / "bench.png").stat().st_size > 1000

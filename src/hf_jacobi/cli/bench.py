@@ -43,7 +43,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         settings += [
             Setting.model_defaults(generation_config, *way) for way in path_variants(args.jacobi_paths, widths)
         ]
-    meta = _run_meta(args, loaded.name, task, settings)
+    meta = _run_meta(args, loaded.name, task, settings) | {"adapter_sha256": loaded.adapter_sha256}
     partial = args.output_dir / PARTIAL
     run = run_bench(
         loaded.model,

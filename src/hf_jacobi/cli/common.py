@@ -87,6 +87,9 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
+    adapter_sha256: str | None = None
+    """SHA-256 of the merged adapter's weights file (None without one): what a recorded figure was measured on, which
+    its name alone ("the shipped adapter") stops saying once the package ships other weights."""
 
     @property
     def eos_ids(self) -> set[int]:
@@ -136,9 +139,12 @@ def load_model(
 def with_adapter(loaded: LoadedModel, folder: Path, name: str) -> LoadedModel:
     """`loaded` with the PEFT adapter in `folder` merged in (its weights change in place; its generation config gains
     the adapter's Jacobi defaults), named `name` for the output."""
+    import hashlib
+
     from ..adapters import apply_adapter
 
-    return LoadedModel(apply_adapter(loaded.model, folder), loaded.tokenizer, name)
+    weights = hashlib.sha256((Path(folder) / "adapter_model.safetensors").read_bytes()).hexdigest()
+    return LoadedModel(apply_adapter(loaded.model, folder), loaded.tokenizer, name, weights)
 
 
 def with_jacobi_forcing(loaded: LoadedModel) -> LoadedModel:
