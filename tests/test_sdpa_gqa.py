@@ -61,3 +61,27 @@ def test_a_masked_forward_of_several_queries_gives_the_repeated_heads_output_wit
             grouped = model(input_ids=ids, attention_mask=mask).logits
     assert set(seen) == {(2, True)}
     assert torch.equal(grouped, repeated)
+
+
+def test_the_jacobi_loop_verifies_on_the_shared_heads_and_stays_greedy(no_user_setting, monkeypatch):
+    from hf_jacobi import enable_jacobi
+
+    model = enable_jacobi(fresh_tiny_model("llama"))
+    ids, mask = random_prompts(2, 10, seed=3)
+    with torch.no_grad():
+        greedy = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(query, key, value, *args, **kwargs):
+        seen.append((query.shape[2] > 1, key.shape[1], kwargs.get("enable_gqa", False)))
+        return sdpa(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, decoding="jacobi", jacobi_block_size=4
+        )
+    assert torch.equal(out, greedy)
+    assert seen and all(heads == 2 and gqa for wide, heads, gqa in seen if wide)
+    assert FORCE_GQA not in os.environ

@@ -39,7 +39,7 @@ from .outputs import JacobiDecoderOnlyOutput
 from .proposers import Proposer, StepOutcome
 from .recycling import RecyclingProposer
 from .rows import CommittedText, RowState
-from .sdpa_gqa import cpu_gqa
+from .sdpa_gqa import with_cpu_gqa
 from .static_cache import StaticKVSlots, defer_slot_moves, static_width_count, to_static
 from .step_layout import StepLayout
 from .stopping import RowStopper
@@ -80,6 +80,7 @@ class JacobiRuntime:
     recorder: StepRecorder | None = None
 
 
+@with_cpu_gqa
 def jacobi_decode(
     model,
     input_ids: torch.LongTensor,
@@ -90,22 +91,7 @@ def jacobi_decode(
     **model_kwargs,
 ) -> JacobiDecoderOnlyOutput | torch.LongTensor:
     """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls.
-    Its forwards run grouped-query attention in place on a CPU (`cpu_gqa`)."""
-    with cpu_gqa(input_ids.device):
-        return _jacobi_decode(
-            model, input_ids, logits_processor, stopping_criteria, generation_config, jacobi_runtime, **model_kwargs
-        )
-
-
-def _jacobi_decode(
-    model,
-    input_ids: torch.LongTensor,
-    logits_processor: LogitsProcessorList,
-    stopping_criteria: StoppingCriteriaList,
-    generation_config: GenerationConfig,
-    jacobi_runtime: JacobiRuntime,
-    **model_kwargs,
-) -> JacobiDecoderOnlyOutput | torch.LongTensor:
+    Its forwards run grouped-query attention in place on a CPU (`with_cpu_gqa`)."""
     check_generation_config(model, generation_config, model_kwargs, jacobi_runtime.config)
     config, recorder = resolve_cache(jacobi_runtime.config, model, generation_config), jacobi_runtime.recorder
     accept = acceptance_rule(bool(generation_config.do_sample))

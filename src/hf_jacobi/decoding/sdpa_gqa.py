@@ -13,8 +13,9 @@ so that a user's other forwards, and every accelerator, keep transformers' choic
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
@@ -35,3 +36,15 @@ def cpu_gqa(device) -> Iterator[bool]:
         yield True
     finally:
         os.environ.pop(FORCE_GQA, None)
+
+
+def with_cpu_gqa(decode: Callable) -> Callable:
+    """`decode(model, input_ids, ...)` run within `cpu_gqa` on `input_ids`' device (its signature kept, as generate()
+    reads a custom decoding function's)."""
+
+    @functools.wraps(decode)
+    def wrapped(model, input_ids, *args, **kwargs):
+        with cpu_gqa(input_ids.device):
+            return decode(model, input_ids, *args, **kwargs)
+
+    return wrapped
