@@ -5,6 +5,7 @@ its parser and its runner."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import traceback
@@ -87,9 +88,7 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
-    adapter_sha256: str | None = None
-    """SHA-256 of the merged adapter's weights file (None without one): what a recorded figure was measured on, which
-    its name alone ("the shipped adapter") stops saying once the package ships other weights."""
+    adapter_sha256: str | None = None  # of the merged adapter's weights: what a figure was measured on, beyond a name
 
     @property
     def eos_ids(self) -> set[int]:
@@ -139,8 +138,6 @@ def load_model(
 def with_adapter(loaded: LoadedModel, folder: Path, name: str) -> LoadedModel:
     """`loaded` with the PEFT adapter in `folder` merged in (its weights change in place; its generation config gains
     the adapter's Jacobi defaults), named `name` for the output."""
-    import hashlib
-
     from ..adapters import apply_adapter
 
     weights = hashlib.sha256((Path(folder) / "adapter_model.safetensors").read_bytes()).hexdigest()

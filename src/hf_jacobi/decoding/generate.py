@@ -23,6 +23,7 @@ from .config import JACOBI_PREFIX, JacobiConfig
 from .cpu_info import bfloat16_units
 from .greedy_devices import greedy_entry
 from .loop import JacobiRuntime, jacobi_decode
+from .sdpa_gqa import with_cpu_gqa
 
 _ENABLED_FLAG = "_hf_jacobi_original_generate"
 
@@ -93,7 +94,8 @@ def generate_with_jacobi(
     _route_stop_strings(kwargs, passed_config, model_config)
     kwargs["jacobi_runtime"] = JacobiRuntime(config=jacobi_config, streamer=kwargs.get("streamer"), recorder=recorder)
     kwargs.pop("custom_generate", None)
-    return original(*args, custom_generate=jacobi_decode, **kwargs)
+    # the loop's wide masked forwards use the shared key/value heads in place on a CPU (`sdpa_gqa`)
+    return original(*args, custom_generate=with_cpu_gqa(jacobi_decode), **kwargs)
 
 
 def _greedy_on_this_device(model, config: JacobiConfig) -> bool:

@@ -39,7 +39,6 @@ from .outputs import JacobiDecoderOnlyOutput
 from .proposers import Proposer, StepOutcome
 from .recycling import RecyclingProposer
 from .rows import CommittedText, RowState
-from .sdpa_gqa import with_cpu_gqa
 from .static_cache import StaticKVSlots, defer_slot_moves, static_width_count, to_static
 from .step_layout import StepLayout
 from .stopping import RowStopper
@@ -80,7 +79,6 @@ class JacobiRuntime:
     recorder: StepRecorder | None = None
 
 
-@with_cpu_gqa
 def jacobi_decode(
     model,
     input_ids: torch.LongTensor,
@@ -90,8 +88,7 @@ def jacobi_decode(
     jacobi_runtime: JacobiRuntime,
     **model_kwargs,
 ) -> JacobiDecoderOnlyOutput | torch.LongTensor:
-    """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls.
-    Its forwards run grouped-query attention in place on a CPU (`with_cpu_gqa`)."""
+    """Jacobi generation, identical to greedy (or distributed as sampling); the signature is the one generate() calls."""
     check_generation_config(model, generation_config, model_kwargs, jacobi_runtime.config)
     config, recorder = resolve_cache(jacobi_runtime.config, model, generation_config), jacobi_runtime.recorder
     accept = acceptance_rule(bool(generation_config.do_sample))
