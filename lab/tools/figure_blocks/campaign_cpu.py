@@ -154,9 +154,10 @@ def glance_loops_row(page: Page) -> str:
 
 @block("campaign-best-sentence")
 def campaign_best_sentence(page: Page) -> str:
-    """The README's sentence on the campaign: its best point that meets every quality bar (most tokens per forward
-    with plain Jacobi on the `packages` prompts, shipped since 2026-12-06) beside the adapter shipped before it, and the curve's variant over its
-    sizes with its trend, so that a reader sees at once whether data is the lever and how far the targets are."""
+    """The README's sentence on the campaign: its best point that meets every quality bar (most tokens per forward with
+    plain Jacobi on the `packages` prompts, shipped since 2026-12-06) beside the adapter shipped before it, and the
+    curve's variant over its sizes with its trend, so that a reader sees at once whether data is the lever and how
+    far the targets are."""
     curve = load(f"{SCALING}.json")
     kept = [p for p in curve["points"] if p["variant"] != "base" and p["bars"]["met"] == p["bars"]["of"]]
     if not kept:

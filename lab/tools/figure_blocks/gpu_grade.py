@@ -1,5 +1,6 @@
 """The GPU-grade runs on one H200 (lab/benchmarks/bench_gpu.py and profile_step.py): decoding at each dtype and
-batch, host work, traces and forward-cost projections, for the adapter shipped 2026-11-26 to 2026-12-06 and the one it replaced."""
+batch, host work, traces and forward-cost projections, for the adapter shipped 2026-11-26 to 2026-12-06 and the one
+it replaced."""
 
 from __future__ import annotations
 
