@@ -459,15 +459,14 @@ def reference_weights() -> Path:
     """The package's adapter folder, where it still holds the reference the campaign judged as `shipped`
     (`scaling.SHIPPED_SHA256`): since the campaign's own point replaced it, judging `shipped` again would put the new
     weights under the old adapter's name and training."""
-    import hashlib
-
     from campaign import scaling
     from campaign.lowrank import ADAPTER_FILE
 
     from hf_jacobi import adapters
+    from hf_jacobi.file_manifest import sha256_file
 
     weights = adapters.JACOBI_FORCING_WEIGHTS
-    found = hashlib.sha256((weights / ADAPTER_FILE).read_bytes()).hexdigest()
+    found = sha256_file(weights / ADAPTER_FILE)
     if found != scaling.SHIPPED_SHA256:
         raise SystemExit(
             f"the package's adapter ({weights}, SHA-256 {found[:12]}) is no longer the reference judged as "

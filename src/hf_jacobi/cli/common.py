@@ -5,7 +5,6 @@ its parser and its runner."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import traceback
@@ -139,8 +138,9 @@ def with_adapter(loaded: LoadedModel, folder: Path, name: str) -> LoadedModel:
     """`loaded` with the PEFT adapter in `folder` merged in (its weights change in place; its generation config gains
     the adapter's Jacobi defaults), named `name` for the output."""
     from ..adapters import apply_adapter
+    from ..file_manifest import sha256_file
 
-    weights = hashlib.sha256((Path(folder) / "adapter_model.safetensors").read_bytes()).hexdigest()
+    weights = sha256_file(Path(folder) / "adapter_model.safetensors")
     return LoadedModel(apply_adapter(loaded.model, folder), loaded.tokenizer, name, weights)
 
 
