@@ -11,10 +11,13 @@ alone must never make decoding slower. This module measures; `tune_choice` predi
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -25,7 +28,7 @@ from ..decoding.config import AUTO_CACHE, JacobiConfig
 from ..loading import eos_token_ids
 from ..measurement import decode
 from .roofline import DEFAULT_WIDTHS, interpolate_cost, measure_roofline, prefill_seconds, roofline_knee
-from .tune_choice import Acceptance, Candidate, TuneResult, choose, predict
+from .tune_choice import Acceptance, Candidate, DtypeSearch, TuneResult, choose, predict
 
 DEFAULT_BLOCK_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_NUM_BLOCKS = (1, 2)
@@ -100,7 +103,20 @@ def write_generation_config(
     return chosen.write_to(config)
 
 
-def save_report(folder: Path, result: TuneResult) -> Path:
+def searched_dtypes(device: str) -> list[str]:
+    """The dtypes `hf-jacobi tune` searches by default on `device`: float32, and first bfloat16 where it runs natively
+    (a GPU that supports it, a CPU with bfloat16 units; emulated bfloat16 on a CPU without them is slower than float32
+    and is not worth timing)."""
+    from ..decoding.cpu_info import bfloat16_units
+
+    if device.startswith("cuda"):
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    else:
+        native = bfloat16_units() is not None
+    return ["bfloat16", "float32"] if native else ["float32"]
+
+
+def save_report(folder: Path, result: TuneResult | DtypeSearch) -> Path:
     path = folder / TUNE_REPORT
     path.write_text(json.dumps(result.report(), indent=2), encoding="utf-8")
     return path
@@ -126,10 +142,13 @@ def tune(
     progress: bool = True,
     rounds: int = 5,
     compiled: bool = False,
+    shared: TuneResult | None = None,
 ) -> TuneResult:
     """Measures, predicts and verifies on `prompts` (batch-1 encodings); `model` must have Jacobi enabled. The
     finalists and greedy are timed alternately for `rounds` rounds and compared on their medians; with `compiled`,
-    each finalist also on the compiled static path, whose graph is built untimed before its first timing."""
+    each finalist also on the compiled static path, whose graph is built untimed before its first timing. `shared`: a
+    result of the same model on the same prompts in another dtype, whose acceptances and loop overhead are reused
+    (see `search_dtypes`)."""
     from .report import machine_description
 
     if not prompts:
@@ -141,13 +160,17 @@ def tune(
     _warm_up(model, first, greedy_kwargs, candidates[0].config)
     continuation = model.generate(**first, max_new_tokens=max(max_new_tokens // 2, 1), **greedy_kwargs)
     curve = measure_roofline(model, continuation, widths, repeats)
-    prefill_s = statistics.mean(prefill_seconds(model, p, repeats=1) for p in prompts)
-    acceptances = measure_acceptance(model, prompts, candidates, max_new_tokens, progress)
-    overhead = loop_overhead(curve, acceptances, prefill_s, len(prompts))
+    if shared is None:
+        prefill_s = statistics.mean(prefill_seconds(model, p, repeats=1) for p in prompts)
+        acceptances = measure_acceptance(model, prompts, candidates, max_new_tokens, progress)
+        overhead = loop_overhead(curve, acceptances, prefill_s, len(prompts))
+    else:
+        acceptances, overhead = shared.acceptances, shared.loop_overhead_s
     predictions = predict(curve, acceptances, overhead)
 
     warmed: set[Candidate] = set()
     eos_ids = eos_token_ids(model.generation_config)
+    tokens: dict[Candidate | None, int] = {}
 
     def measure(candidate: Candidate | None) -> float:
         settings = None if candidate is None else candidate.config
@@ -156,9 +179,16 @@ def tune(
             for p in sorted(prompts, key=lambda p: -p["input_ids"].shape[1]):
                 decode(model, p, max_new_tokens, settings, eos_ids=eos_ids)
             warmed.add(candidate)
-        return sum(decode(model, p, max_new_tokens, settings, eos_ids=eos_ids).seconds for p in prompts)
+        runs = [decode(model, p, max_new_tokens, settings, eos_ids=eos_ids) for p in prompts]
+        tokens[candidate] = sum(run.new_tokens[0] for run in runs)
+        return sum(run.seconds for run in runs)
 
     choice, speedup, verified = choose(predictions, measure, verify_top, margin, rounds, compiled)
+    if verified:
+        greedy_s = verified[0]["greedy_seconds"]
+        chosen_s = next((v["seconds"] for v in verified if v["candidate"] == str(choice)), greedy_s)
+    else:  # nothing was worth timing against greedy: greedy is timed alone, for comparisons across dtypes
+        greedy_s = chosen_s = statistics.median(measure(None) for _ in range(rounds))
     return TuneResult(
         hardware=machine_description(),
         curve=curve,
@@ -169,4 +199,30 @@ def tune(
         verified=verified,
         choice=choice,
         measured_speedup=speedup,
+        dtype=str(model.dtype).removeprefix("torch."),
+        greedy_tokens_per_s=tokens[None] / greedy_s,
+        chosen_tokens_per_s=tokens[choice] / chosen_s,
     )
+
+
+def search_dtypes(
+    load: Callable[[str], Any], dtypes: list[str], prompts: list[dict[str, torch.Tensor]], candidates, **options
+) -> DtypeSearch:
+    """`tune` in each of `dtypes` (`load(dtype)` gives the Jacobi-enabled model in it, one at a time), then the dtype
+    whose choice ran fastest (`DtypeSearch.choose`).
+
+    The dtype decides whether Jacobi pays at all on a CPU: with bfloat16 units a block's verify costs little more than
+    one token in bfloat16, while float32 pays for every token. Tokens and forwards barely depend on the dtype, so the
+    acceptance of every candidate (the long part) is measured in the first dtype only, and each dtype measures its own
+    forward costs and times its own finalists against its own greedy."""
+    if not dtypes:
+        raise ValueError("search_dtypes needs at least one dtype")
+    results: dict[str, TuneResult] = {}
+    shared = None
+    for dtype in dtypes:
+        model = load(dtype)
+        results[dtype] = tune(model, prompts, candidates, shared=shared, **options)
+        shared = shared or results[dtype]
+        del model
+        gc.collect()
+    return DtypeSearch.choose(results, margin=options.get("margin", 0.03))

@@ -95,12 +95,19 @@ class TuneResult:
     verified: list[dict[str, Any]] = field(default_factory=list)
     choice: Candidate | None = None
     measured_speedup: float | None = None
+    dtype: str | None = None
+    greedy_tokens_per_s: float | None = None
+    """Greedy's measured rate on the sample prompts (median of the timed rounds)."""
+    chosen_tokens_per_s: float | None = None
+    """The choice's measured rate on the sample prompts: greedy's where greedy is the choice."""
 
     def report(self) -> dict[str, Any]:
         best = next((p for p in self.predictions if p.candidate == self.choice), None)
         predicted_speedup = best.tokens_per_s / self.predictions_greedy.tokens_per_s if best else None
         return {
             "hardware": self.hardware,
+            "dtype": self.dtype,
+            "measured_tokens_per_s": {"greedy": self.greedy_tokens_per_s, "choice": self.chosen_tokens_per_s},
             "roofline_seconds": {str(w): c for w, c in sorted(self.curve.items())},
             "roofline_knee_tokens": self.knee,
             "loop_overhead_seconds": self.loop_overhead_s,
@@ -129,6 +136,43 @@ class TuneResult:
     @property
     def predictions_greedy(self) -> Prediction:
         return next(p for p in self.predictions if p.candidate is None)
+
+
+@dataclass
+class DtypeSearch:
+    """`tune` in several dtypes and the one chosen: the dtype whose own choice (Jacobi or greedy) ran fastest.
+
+    An exact dtype (float32, where Jacobi's answers are greedy's token for token) is kept unless a reduced one is
+    measurably faster, by more than `margin`: its answers are greedy's in that dtype, which may differ from float32's.
+    """
+
+    results: dict[str, TuneResult]
+    dtype: str
+
+    @classmethod
+    def choose(cls, results: dict[str, TuneResult], margin: float = 0.03) -> DtypeSearch:
+        def rate(dtype: str) -> float:
+            bonus = 1.0 + margin if dtype in ("float32", "float64") else 1.0
+            return (results[dtype].chosen_tokens_per_s or 0.0) * bonus
+
+        return cls(results, max(results, key=rate))
+
+    @property
+    def chosen(self) -> TuneResult:
+        return self.results[self.dtype]
+
+    def report(self) -> dict[str, Any]:
+        """The chosen dtype's report, with every dtype's choice and measured rates beside it."""
+        searched = {
+            dtype: {
+                "choice": "greedy" if result.choice is None else str(result.choice),
+                "measured_tokens_per_s": result.chosen_tokens_per_s,
+                "greedy_tokens_per_s": result.greedy_tokens_per_s,
+                "measured_speedup": result.measured_speedup,
+            }
+            for dtype, result in self.results.items()
+        }
+        return {**self.chosen.report(), "dtype_search": searched}
 
 
 def choose(

@@ -18,6 +18,7 @@ from .common import (
     summary,
     warm_up,
 )
+from .exactness import greedy_verdict
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -56,7 +57,10 @@ def run_generate(args: argparse.Namespace) -> int:
     print(summary("greedy", greedy.new_tokens[0], greedy.forwards[0], greedy.seconds))
     identical = all(jacobi.same_as(greedy))
     print(f"identical: {'yes' if identical else 'no'}")
-    return 0 if identical else 1
+    verdict, code = greedy_verdict(args.dtype, int(identical), 1, "answer")
+    if not identical:
+        print(verdict)
+    return code
 
 
 def add_parser(commands) -> None:

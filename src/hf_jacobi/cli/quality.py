@@ -3,7 +3,7 @@ same held-out requests (plain chat requests and code tasks with tests, none seen
 quality figures beside their tokens per forward, and the plot shows the front of speed against quality.
 
 Jacobi decoding is lossless, so this measures the trained weights, not the decoder; every Jacobi output of the speed
-settings is still checked against greedy, and the command exits with 1 when one differs. In bfloat16 "lossless" holds
+settings is still checked against greedy, and in float32 the command exits with 1 when one differs. In bfloat16 "lossless" holds
 only up to rounding (a forward over a block rounds otherwise than a forward over one token), so `--jacobi-answers`
 adds, per model, a row judging its answers as Jacobi decodes them with its own default settings; how many of them
 differ from its greedy answers is reported there, not counted as a failure.
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .arg_types import model_name, positive_int
 from .common import DTYPES, MODEL_HELP, CliError, load_model, source_error, writable_output
+from .exactness import greedy_verdict
 
 SHIPPED = "shipped"
 
@@ -145,7 +146,10 @@ def run_quality_command(args: argparse.Namespace) -> int:
     }
     answers = answers_record(models, protocol, base_loaded.tokenizer)
     write_outputs(args.output_dir, results, models, answers, args.sets[0])
-    return 0 if all(m.identical_to_greedy for m in models) else 1
+    verdict, code = greedy_verdict(args.dtype, sum(m.identical_to_greedy for m in models), len(models), "models")
+    if code or not all(m.identical_to_greedy for m in models):
+        print(verdict)
+    return code
 
 
 def add_parser(commands) -> None:

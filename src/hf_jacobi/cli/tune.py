@@ -7,6 +7,8 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from ..atomic import staged_files
 from ..loading import DTYPES
 from .arg_types import model_name, non_negative_int, optional_positive_int, positive_int
@@ -19,9 +21,10 @@ from .common import (
     load_source_prompts,
     writable_output,
 )
+from .exactness import EXACT_DTYPES, ROUNDING_NOTE
 
 if TYPE_CHECKING:
-    from ..bench.tune import TuneResult
+    from ..bench.tune import DtypeSearch, TuneResult
 
 
 def summary(result: TuneResult, top: int = 5) -> str:
@@ -91,29 +94,54 @@ def run_tune_command(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CliError(str(error)) from error
     prompt_rows = load_source_prompts(args, skip=args.skip_prompts)  # before a model is loaded
-    loaded = load_model(args.model, args.dtype, args.jacobi_forcing, args.adapter)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtypes = [args.dtype] if args.dtype is not None else tune.searched_dtypes(device)
+    first = load_model(args.model, dtypes[0], args.jacobi_forcing, args.adapter)
     prompts = [
-        {k: v.to(loaded.model.device) for k, v in encode_prompt(loaded.tokenizer, messages, chat=True).items()}
+        {k: v.to(first.model.device) for k, v in encode_prompt(first.tokenizer, messages, chat=True).items()}
         for _, messages in prompt_rows
     ]
-    compiled = args.compiled if args.compiled is not None else loaded.model.device.type == "cuda"
-    result = tune.tune(
-        loaded.model,
-        prompts,
-        candidates,
-        args.max_new_tokens,
-        repeats=args.repeats,
-        rounds=args.rounds,
-        compiled=compiled,
-    )
-    accelerator = loaded.model.device.type != "cpu"
-    config = tune.write_generation_config(copy.deepcopy(loaded.model.generation_config), result.choice, accelerator)
+    generation_config = copy.deepcopy(first.model.generation_config)
+    waiting = {dtypes[0]: first}
+
+    def load(dtype: str):
+        loaded = waiting.pop(dtype, None) or load_model(args.model, dtype, args.jacobi_forcing, args.adapter)
+        return loaded.model
+
+    del first
+    compiled = args.compiled if args.compiled is not None else device == "cuda"
+    options = {"repeats": args.repeats, "rounds": args.rounds, "compiled": compiled}
+    search = tune.search_dtypes(load, dtypes, prompts, candidates, max_new_tokens=args.max_new_tokens, **options)
+    config = tune.write_generation_config(generation_config, search.chosen.choice, device != "cpu")
     with staged_files(target) as staging:  # both files replace their older versions together
         config.save_pretrained(staging)
-        report_name = tune.save_report(staging, result).name
-    print(summary(result))
+        report_name = tune.save_report(staging, search if len(dtypes) > 1 else search.chosen).name
+    for dtype, result in search.results.items():
+        print(f"## {dtype}\n\n{summary(result)}\n")
+    print(dtype_summary(search))
     print(f"wrote {target / 'generation_config.json'} and {target / report_name}")
     return 0
+
+
+def dtype_summary(search: DtypeSearch) -> str:
+    """Each dtype's choice and measured rate, the dtype chosen, and what a user does to load the model in it: the
+    settings written apply to whatever dtype the model is loaded in, and are only the fastest in the one chosen."""
+    rows = [
+        [dtype, "greedy" if r.choice is None else str(r.choice), f"{r.chosen_tokens_per_s:.1f}",
+         f"{r.greedy_tokens_per_s:.1f}"]
+        for dtype, r in search.results.items()
+    ]  # fmt: skip
+    from hf_jacobi.bench.report import markdown
+
+    table = markdown(["dtype", "choice", "measured tok/s", "greedy tok/s"], rows, ["---", "---", "---:", "---:"])
+    dtype = search.dtype
+    lines = [table, "", f"chosen dtype: {dtype}"]
+    if dtype not in EXACT_DTYPES:
+        lines.append(
+            f"load the model in it for these settings to pay: from_pretrained(..., dtype=torch.{dtype}), or --dtype "
+            f"{dtype} on hf-jacobi commands ({ROUNDING_NOTE})"
+        )
+    return "\n".join(lines)
 
 
 def add_parser(commands) -> None:
@@ -130,7 +158,13 @@ def add_parser(commands) -> None:
         "--output-dir", type=Path, default=None, help="write generation_config.json here instead of into --model"
     )
     add_jacobi_forcing_argument(tune)
-    tune.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="weights dtype (default float32)")
+    tune.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default=None,
+        help="tune in this dtype only (default: search float32 and, where it runs natively, bfloat16: a GPU that "
+        "supports it or a CPU with bfloat16 units)",
+    )
     add_prompt_source_arguments(tune, "stdlib", "train", "keep the prompts you evaluate on out of the sample")
     tune.add_argument(
         "--skip-prompts", type=non_negative_int, default=0, help="prompts of the source to skip first (default 0)"
