@@ -151,6 +151,13 @@ def test_trainer_logs_both_losses_and_updates_the_model(tmp_path, trajectories):
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     evaluated = trainer.evaluate()
     assert evaluated["eval_loss"] == pytest.approx(evaluated["eval_consistency_loss"] + evaluated["eval_ar_loss"])
+    # the acceptance probe on the eval trajectories, beside the losses and in the log history
+    assert evaluated["eval_probe/tokens_per_iteration"] >= 1.0 and 0.0 <= evaluated["eval_probe/depth0_rate"] <= 1.0
+    assert any("eval_probe/tokens_per_iteration" in entry for entry in trainer.state.log_history)
+    trainer.args.eval_probe_trajectories = 0
+    assert not any(key.startswith("eval_probe/") for key in trainer.evaluate())
+    with pytest.raises(ValueError, match="eval_probe_trajectories must be an integer >= 0 .* got -1"):
+        config(tmp_path, eval_probe_trajectories=-1)
 
 
 def _divergence_from(base, model, trajectories) -> float:

@@ -19,6 +19,7 @@ _EXPORTS = {
     ".training.collator": ("JacobiForcingCollator",),
     ".training.config": ("JacobiForcingConfig",),
     ".training.trainer": ("JacobiForcingTrainer",),
+    ".training.probe": ("ProbeResult", "probe_acceptance"),
     ".data.trajectories": ("TrajectoryRecorder",),
     ".data.trajectory_schema": ("TrajectoryDataError",),
     ".data.collection": ("collect_trajectories", "load_trajectories"),

@@ -13,6 +13,7 @@ from ..adapters import apply_adapter
 from ..atomic import check_writable, write_text
 from ..data.prompts import encode_prompts
 from .common import CliError
+from .exactness import greedy_verdict
 from .recipe_args import (
     PromptArguments,
     check_model_arguments,
@@ -43,6 +44,15 @@ class EvaluateArguments(PromptArguments):
         default=False,
         metadata={"help": "Also score the NLL per token of HumanEval's 164 canonical solutions under each model."},
     )
+    probe_trajectories: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Trajectory folders (hf-jacobi collect) to run the acceptance probe on with each model: how often "
+            "its choices after a block's first wrong token are the fixed point's, by depth, and the tokens per "
+            "iteration they imply (e.g. the base's trajectories and the trained model's own)."
+        },
+    )
+    probe_limit: int = field(default=64, metadata={"help": "Trajectories of each probe folder read (the first N)."})
     base_results: str | None = field(
         default=None,
         metadata={
@@ -54,7 +64,7 @@ class EvaluateArguments(PromptArguments):
 
     def __post_init__(self) -> None:
         """Refuses counts a run could not use and two trained models at once, before any model loads."""
-        for name in ("block_size", "max_new_tokens", "batch_size"):
+        for name in ("block_size", "max_new_tokens", "batch_size", "probe_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
@@ -116,6 +126,27 @@ def _jacobi(figures: dict) -> dict:
     return {entry["name"]: JacobiConfig(**entry["settings"]).to_dict() for entry in figures["settings"]}
 
 
+def _probe_folders(folders: list[str] | None) -> dict:
+    """Each `--probe_trajectories` folder's trajectories, loaded; a `CliError` naming a folder that holds none."""
+    from ..data.collection import load_trajectories
+    from ..data.trajectory_schema import TrajectoryDataError
+
+    loaded = {}
+    for folder in folders or []:
+        try:
+            loaded[folder] = load_trajectories(folder)
+        except (OSError, ValueError, TrajectoryDataError) as error:
+            raise CliError(f"--probe_trajectories {folder}: {error}") from error
+    return loaded
+
+
+def _probe(model, probes: dict, limit: int) -> dict:
+    """The acceptance probe of `model` on each folder's first `limit` trajectories, by folder."""
+    from ..training.probe import probe_acceptance
+
+    return {folder: probe_acceptance(model, rows, limit=limit).to_dict() for folder, rows in probes.items()}
+
+
 def _trained_model(args: EvaluateArguments, model_args: ModelConfig, model):
     """The trained model to compare: `--adapter` applied to the loaded base, or `--trained_model` loaded with the
     base's dtype and attention; None when neither is given."""
@@ -142,6 +173,7 @@ def run_evaluate(argv: list[str]) -> int:
     settings = jacobi_variants(args.settings, args.block_size)
     if args.output_file:
         check_writable(args.output_file, folder=False, what="--output_file")
+    probes = _probe_folders(args.probe_trajectories)  # read before any model loads: a bad folder costs nothing
     prompts = args.load()
     args.prompt_split = args.resolved_split()  # the record names the split read, also where the source chose it
     protocol = {key: getattr(args, key) for key in PROTOCOL} | {"model": model_args.model_name_or_path}
@@ -170,10 +202,14 @@ def run_evaluate(argv: list[str]) -> int:
         reused = earlier_figures.get("humaneval_canonical_nll") if base.reused else None
         nll = canonical_solution_nll(model, tokenizer) if reused is None else reused
         results["base"]["humaneval_canonical_nll"] = nll
+    if probes:
+        results["base"]["probe"] = _probe(model, probes, args.probe_limit)
     trained = _trained_model(args, model_args, model)
     if trained is not None:
         figures, _ = evaluate_model(trained, prompt_ids, settings, reference_answers=base_answers, **measure)
         results["trained"] = figures.to_dict()
+        if probes:
+            results["trained"]["probe"] = _probe(trained, probes, args.probe_limit)
         if args.humaneval_nll:
             nll = canonical_solution_nll(trained, tokenizer)
             results["trained"]["humaneval_canonical_nll"] = nll
@@ -181,5 +217,8 @@ def run_evaluate(argv: list[str]) -> int:
     print(json.dumps(results, indent=2))
     if args.output_file:
         write_text(args.output_file, json.dumps({**results, "settings": asdict(args)}, indent=2))
-    ok = all(s["identical_to_greedy"] for k in ("base", "trained") if k in results for s in results[k]["settings"])
-    return 0 if ok else 1
+    checks = [s["identical_to_greedy"] for k in ("base", "trained") if k in results for s in results[k]["settings"]]
+    verdict, code = greedy_verdict(dtype, sum(map(bool, checks)), len(checks), "Jacobi settings")
+    if not all(checks):
+        logger.warning(verdict)
+    return code

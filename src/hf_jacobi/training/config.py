@@ -56,6 +56,11 @@ class JacobiForcingConfig(SFTConfig):
             once and swap the casts in for each micro-batch, instead of letting autocast recast them at every forward
             (`training.frozen_casts`). Losses and gradients are bitwise the same; the casts take half the frozen
             weights' memory again. Sharded runs (DeepSpeed, FSDP) never cache.
+        eval_probe_trajectories (`int`, *optional*, defaults to `32`):
+            At each evaluation, run the acceptance probe (`hf_jacobi.probe_acceptance`) on the first this many
+            trajectories of each eval dataset and log its figures beside the eval loss (`eval_probe/...`): how often
+            the model's choices after a block's first wrong token are already the fixed point's, and the tokens per
+            iteration of plain Jacobi decoding they imply. The loss says little about that; 0 turns it off.
     """
 
     noise_schedule: str = field(
@@ -94,6 +99,11 @@ class JacobiForcingConfig(SFTConfig):
         metadata={"help": "Cast frozen float32 linear weights to the autocast dtype once, not at every forward."},
     )
 
+    eval_probe_trajectories: int = field(
+        default=32,
+        metadata={"help": "Trajectories of each eval dataset the acceptance probe reads at each evaluation (0: off)."},
+    )
+
     # Defaults that differ from SFTConfig.
     learning_rate: float = field(default=1e-5, metadata={"help": "Initial AdamW learning rate."})
     adam_beta2: float = field(default=0.95, metadata={"help": "AdamW beta2."})
@@ -128,6 +138,9 @@ class JacobiForcingConfig(SFTConfig):
         stop = self.stop_after_steps
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 1):
             raise ValueError(f"stop_after_steps must be an integer >= 1 or None (train the whole run), got {stop!r}.")
+        probed = self.eval_probe_trajectories
+        if isinstance(probed, bool) or not isinstance(probed, int) or probed < 0:
+            raise ValueError(f"eval_probe_trajectories must be an integer >= 0 (0 turns it off), got {probed!r}.")
         if self.remove_unused_columns:
             raise ValueError(
                 "remove_unused_columns=True would drop the trajectory columns the Jacobi Forcing collator reads; "

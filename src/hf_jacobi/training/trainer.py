@@ -26,13 +26,14 @@ from ..card import CITATION, CardInfo, render_model_card, tuning_note
 from ..checkpoint import base_generation_config, complete_checkpoint, write_training_record
 from ..decoding.config import JacobiConfig
 from .adapter_switch import AdapterSwitch
-from .collator import CleanView, JacobiForcingCollator, Segment
+from .collator import ANCHOR_TEXT, CleanView, JacobiForcingCollator, Segment
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, training_collator, training_datasets
 from .frozen_base import prepare_frozen_base
 from .frozen_casts import FrozenWeightCasts, cached_cast_dtype
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
 from .masks import NoiseAwareMask
+from .probe import probe_acceptance
 from .run_record import base_model_name, recipe_markdown, training_record
 from .sampling import LENGTH_STRATEGIES, LengthGroupedEpochSampler
 from .stopping import StopAfterSteps
@@ -121,6 +122,22 @@ class JacobiForcingTrainer(SFTTrainer):
         self._trained_block_size = trained_block_size
         cast = cached_cast_dtype(args, sharded=self.is_deepspeed_enabled or self.is_fsdp_enabled)
         self._frozen_casts = FrozenWeightCasts.for_models([self.model, self._frozen_base], cast)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Trainer's evaluation (the losses on the eval trajectories), then the acceptance probe on the first
+        `eval_probe_trajectories` of them, logged as `{metric_key_prefix}_probe/...`: what the losses are meant to
+        move, measured without decoding. Every process runs it (a sharded model's forward needs them all)."""
+        metrics = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(eval_dataset, str):  # Trainer names one set of a dict of eval sets
+            dataset = self.eval_dataset[eval_dataset]
+        if isinstance(dataset, dict) or dataset is None or not self.args.eval_probe_trajectories:
+            return metrics  # a dict of eval sets comes back here once per set, with its own prefix
+        rows = (row for row in dataset if not row.get(ANCHOR_TEXT, False))
+        probe = probe_acceptance(self.model, rows, limit=self.args.eval_probe_trajectories)
+        figures = probe.metrics(f"{metric_key_prefix}_probe")
+        self.log(figures)
+        return {**metrics, **figures}
 
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """Trainer's step (one micro-batch's forward and backward) with the frozen weights' casts swapped in."""
