@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.hf_jacobi-installed
 
-.PHONY: setup demo test test-fast test-integration test-distributed test-vllm fuzz lint format docs docs-figures bench-gpu clean
+.PHONY: setup demo test test-fast test-integration test-distributed test-vllm fuzz lint format docs docs-figures size bench-gpu clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,11 @@ docs: setup
 # (lab/tools/docs_figures.py; tests/test_docs.py fails when a committed page disagrees with its files).
 docs-figures: setup
 	$(BIN)/python lab/tools/docs_figures.py
+
+# The longest modules and functions of the package (lab/tools/size_report.py): guidance for what to split, never a
+# test that fails (docs/development.md, "Size").
+size:
+	$(PYTHON) lab/tools/size_report.py
 
 # The suite in TEST_WORKERS processes (pytest-xdist; `auto`: one per core), each on one torch thread, slow tests first
 # (tests/conftest.py); TEST_WORKERS=0 runs it in this process, as the other test targets do.
