@@ -156,7 +156,7 @@ def test_trainer_logs_both_losses_and_updates_the_model(tmp_path, trajectories):
     assert any("eval_probe/tokens_per_iteration" in entry for entry in trainer.state.log_history)
     trainer.args.eval_probe_trajectories = 0
     assert not any(key.startswith("eval_probe/") for key in trainer.evaluate())
-    with pytest.raises(ValueError, match="eval_probe_trajectories must be an integer >= 0 .* got -1"):
+    with pytest.raises(ValueError, match=r"eval_probe_trajectories must be an integer >= 0 .* got -1"):
         config(tmp_path, eval_probe_trajectories=-1)
 
 

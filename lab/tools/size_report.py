@@ -35,10 +35,13 @@ def measure(root: Path) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
 def report(root: Path, top: int = 15) -> str:
     modules, functions = measure(root)
     lines = [f"# longest modules under {root.relative_to(ROOT) if root.is_relative_to(ROOT) else root}", ""]
-    lines += [f"{count:6d}  {name}{'  (past the guide)' if count > MODULE_GUIDE else ''}" for count, name in modules[:top]]
+    lines += [
+        f"{count:6d}  {name}{'  (past the guide)' if count > MODULE_GUIDE else ''}" for count, name in modules[:top]
+    ]
     lines += ["", "# longest functions", ""]
     lines += [
-        f"{count:6d}  {name}{'  (past the guide)' if count > FUNCTION_GUIDE else ''}" for count, name in functions[:top]
+        f"{count:6d}  {name}{'  (past the guide)' if count > FUNCTION_GUIDE else ''}"
+        for count, name in functions[:top]
     ]
     return "\n".join(lines)
 

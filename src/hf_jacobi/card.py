@@ -83,7 +83,7 @@ def template_text(template: str | Path | None = None) -> str:
     except ModuleNotFoundError:
         # Run from a source checkout without installing (PYTHONPATH=src, e.g. on a bare GPU machine), the template
         # package is not mapped; the file is beside src/. A missing card must not end a training run at its first
-        # checkpoint, as it did on an H200 before this.
+        # checkpoint.
         source = Path(__file__).resolve().parents[2] / "model_cards" / TEMPLATE_NAME
         if not source.is_file():
             raise

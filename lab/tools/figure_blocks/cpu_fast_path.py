@@ -1,9 +1,11 @@
-"""The CPU's fast path (issue 63): the previous adapter's default in bfloat16 and float32 on a CPU with bfloat16 units,
-against eager and compiled greedy in both dtypes, and the quality of its bfloat16 answers."""
+"""The CPU's fast path: the shipped default in bfloat16 and float32 on CPUs with bfloat16 units, against eager and
+compiled greedy in both dtypes, eager and on the compiled static cache (the shipped adapter, one table row group per
+kind of CPU its bench files were measured on), and the previous adapter's rows and the quality of its bfloat16
+answers."""
 
 from __future__ import annotations
 
-from .core import Page, block, load, markdown_table
+from .core import RESULTS, Page, block, load, markdown_table
 
 FAST = "cpu-fast-path"
 COMPILED = {dtype: f"{FAST}/compiled-{dtype}/bench.json" for dtype in ("bfloat16", "float32")}
@@ -11,6 +13,8 @@ COMPILED = {dtype: f"{FAST}/compiled-{dtype}/bench.json" for dtype in ("bfloat16
 SHIPPED = "Jacobi recycling n=8"
 """The shipped default (block 8 + pool 4) as an explicit bench row: it runs Jacobi whatever the fallback says."""
 QUALITY = f"{FAST}/quality-bfloat16/quality.json"
+SHIPPED_RUNS = f"{FAST}/shipped"
+"""The shipped adapter's bench files: shipped/<kind of CPU>/compiled-<dtype>/bench.json, one folder per kind."""
 REQUESTS = f"{FAST}/generate-defaults-bfloat16-requests/bench.json"
 
 
@@ -105,3 +109,37 @@ def glance_row(page: Page) -> str:
         f"{row['tokens_per_s'] / fastest:.2f}x, {row['speedup_vs_ar']:.2f}x | "
         f"{page.ref(COMPILED['bfloat16'], 'bench.json')} |"
     )
+
+
+def _shipped_files() -> dict[str, list[str]]:
+    """The shipped adapter's bench files by kind of CPU (folder name), each kind's dtypes in name order."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((RESULTS / SHIPPED_RUNS).glob("*/compiled-*/bench.json")):
+        relative = path.relative_to(RESULTS).as_posix()
+        found.setdefault(path.parent.parent.name, []).append(relative)
+    return found
+
+
+@block("cpu-fast-path-shipped")
+def cpu_fast_path_shipped(page: Page) -> str:
+    """Per kind of CPU: every greedy baseline and the shipped default, eager and on the compiled static cache, in each
+    dtype, against the fastest greedy measured on that CPU in any dtype."""
+    lines = [
+        "| CPU | dtype | setting | tok/s (median of 2 rounds) | tokens/forward | vs greedy (generate) in its dtype | "
+        "vs the fastest greedy there | identical to greedy in its dtype | loops |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    machines, files = [], []
+    for kind, paths in _shipped_files().items():
+        runs = [load(path) for path in paths]
+        fastest = max(r["tokens_per_s"] for run in runs for r in run["summary"] if r["kind"] != "jacobi")
+        for path, run in zip(paths, runs, strict=True):
+            for row in run["summary"]:
+                lines.append(
+                    f"| {kind} | {run['meta']['dtype']} | {row['setting']} | {row['tokens_per_s']:.1f} | "
+                    f"{row['tokens_per_forward']:.2f} | {row['speedup_vs_ar']:.2f}x | "
+                    f"{row['tokens_per_s'] / fastest:.2f}x | {row['identical']}/{row['samples']} | {row['collapsed']} |"
+                )
+            files.append(page.ref(path))
+        machines.append(f"{kind}: {runs[0]['meta']['machine']}")
+    return "\n".join(lines) + f"\n\nMachines: {'; '.join(machines)}. Files: {', '.join(files)}."

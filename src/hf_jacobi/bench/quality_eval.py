@@ -193,7 +193,7 @@ def relative(value: float | None, base: float | None) -> float | None:
 
 
 def targets_met(model: ModelQuality, base: ModelQuality) -> dict[str, bool]:
-    """Issue 35's quality bars on each request set: collapse rate at most 3 points above the base's, distinct
+    """The quality bars on each request set: collapse rate at most 3 points above the base's, distinct
     3-grams >= 0.9x, the base's NLL of the answers <= 1.2x its NLL of its own, and code tasks passed not below."""
     checks: dict[str, bool] = {}
     for name, quality in model.quality.items():

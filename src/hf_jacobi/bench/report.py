@@ -19,7 +19,7 @@ import torch
 
 from ..atomic import write_text
 from ..bench_results import markdown_table
-from ..decoding.cpu_info import model_name
+from ..decoding.cpu_info import bfloat16_units, model_name
 from ..figures import save_figure
 from .runner import BenchRun
 from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC
@@ -46,7 +46,9 @@ def machine_description(device: str | torch.device | None = None) -> str:
     model = _cpu_model_name()
     if model and model != cpu:
         cpu = f"{model} ({cpu})"
-    return f"CPU {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    # one model name covers CPUs with and without AMX, and bfloat16 speeds differ between them several times over
+    units = bfloat16_units() or "none"
+    return f"CPU {cpu}, bfloat16 units: {units}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
 def _cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str | None:

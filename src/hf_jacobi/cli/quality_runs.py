@@ -141,7 +141,8 @@ def _gathered(folders: list[Path], runs: list[tuple[dict, dict]]) -> tuple[dict[
 
 def merge_runs(args: argparse.Namespace) -> int:
     """One table and one front from several runs of the same protocol with the same base figures, decoding nothing:
-    models measured in different sittings (or sessions) read as one study, with whatever Jacobi rows they hold."""
+    models measured at different times, or on different machines of one kind, read as one study, with whatever Jacobi
+    rows they hold."""
     from ..bench.quality_eval import ModelQuality, targets_met
 
     if args.adapters or args.base_results is not None or args.jacobi_answers:

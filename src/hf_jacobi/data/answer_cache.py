@@ -138,9 +138,8 @@ def prefill_context(model, prompts: Sequence[Sequence[int]], cache: ReservedCach
     """Writes the keys and values of every prompt but its last token into the empty `cache` as one left-padded batch
     of `max(len) - 1` columns (zeros where a row pads), computing them in runs of prompts of like length.
 
-    Why: a batch's prompts padded to the longest make a prefill of rows x longest tokens; the CPU campaign's measured
-    sample (64 prompts of ~70 to ~430 tokens) spent more than half of its prefill on padding, and the prefill was
-    about half of its greedy generation's time. `generate` then feeds each row's last prompt token on this cache, as
+    Why: a batch's prompts padded to the longest make a prefill of rows x longest tokens; where prompt lengths vary
+    several-fold, most of that prefill is padding, and a short answer's generation is mostly prefill. `generate` then feeds each row's last prompt token on this cache, as
     it continues any cached prefix. The zeros are masked like any padding (and finite, unlike keys computed from pad
     tokens that see nothing)."""
     context = [len(prompt) - 1 for prompt in prompts]

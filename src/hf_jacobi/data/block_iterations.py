@@ -236,8 +236,8 @@ def _groups(counts: list[int], lengths: list[int], n: int, max_query_tokens: int
     (every row padded to the group's most blocks) holds at most `max_query_tokens` (one row at least).
 
     Why the prompt length: a group's cache starts at its longest prompt's first column, so every query of the group
-    attends over that many prompt columns; rows of a batch whose prompts range from ~70 to ~430 tokens (the CPU
-    campaign's measured sample) would otherwise iterate on caches as wide as the longest prompt of the batch."""
+    attends over that many prompt columns; rows of a batch whose prompt lengths vary several-fold would otherwise
+    iterate on caches as wide as the longest prompt of the batch."""
     order = sorted((r for r, c in enumerate(counts) if c), key=lambda r: (counts[r], lengths[r]))
     groups: list[list[int]] = []
     for row in order:

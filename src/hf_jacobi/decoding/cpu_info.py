@@ -49,7 +49,7 @@ def bfloat16_units() -> str | None:
 
 
 def model_name(cpuinfo: str | Path = CPUINFO) -> str | None:
-    """The processor's model name where Linux tells it ("AMD EPYC", "Intel(R) Xeon(R) ..."), else None."""
+    """The processor's model name where Linux tells it (as /proc/cpuinfo spells it), else None."""
     return first_cpu(cpuinfo).get("model name") or None
 
 
@@ -59,5 +59,5 @@ def cpu_model() -> str:
 
 
 def cpu_description() -> str:
-    """The CPU model with its bfloat16 units, as recorded beside CPU figures: "AMD EPYC (bfloat16: avx512_bf16)"."""
+    """The CPU model with its bfloat16 units, as recorded beside CPU figures: "<model name> (bfloat16: avx512_bf16)"."""
     return f"{cpu_model()} (bfloat16: {bfloat16_units() or 'none'})"

@@ -1,9 +1,8 @@
 """Stopping a run part-way through its schedule.
 
-Why: a checkpoint is often judged, and shipped, at a step inside a longer schedule (the adapter shipped 2026-11-26 to
-2026-12-06 was step 250 of a 556-step cosine epoch). `max_steps=250` would squeeze the whole schedule (warm-up and
-decay) into 250 steps and give other weights; the run has to follow the long schedule and stop where the checkpoint was
-taken.
+Why: a checkpoint is often judged, and shipped, at a step inside a longer schedule (e.g. step 250 of a 556-step cosine
+epoch). `max_steps=250` would squeeze the whole schedule (warm-up and decay) into 250 steps and give other weights; the
+run has to follow the long schedule and stop where the checkpoint was taken.
 """
 
 from __future__ import annotations
