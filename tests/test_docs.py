@@ -88,7 +88,7 @@ def test_every_make_command_in_the_documentation_exists():
 
 def test_top_level_makefile_keeps_the_development_targets_only():
     top = targets("Makefile")
-    assert len(top) <= 15, sorted(top)
+    assert len(top) <= 16, sorted(top)
     assert {"setup", "demo", "test", "docs", "docs-figures"} <= top
     assert not top & targets(RECIPE_MAKEFILE) - {"setup"}, "a target defined in both Makefiles"
 

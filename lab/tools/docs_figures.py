@@ -47,6 +47,7 @@ from figure_blocks import (  # noqa: E402, F401
     gpu_h200_1128,
     host_work_and_vllm,
     model_card,
+    probe,
     shipped_adapter,
     training_study,
 )

@@ -143,3 +143,49 @@ def cpu_fast_path_shipped(page: Page) -> str:
             files.append(page.ref(path))
         machines.append(f"{kind}: {runs[0]['meta']['machine']}")
     return "\n".join(lines) + f"\n\nMachines: {'; '.join(machines)}. Files: {', '.join(files)}."
+
+
+@block("cpu-fast-path-tune")
+def cpu_fast_path_tune(page: Page) -> str:
+    """`hf-jacobi tune`'s dtype search for the shipped adapter, per kind of CPU: each dtype's choice and measured rate
+    against its own greedy, and the dtype chosen."""
+    sentences = []
+    for kind in _shipped_files():
+        path = f"{SHIPPED_RUNS}/{kind}/tune.json"
+        if not (RESULTS / path).is_file():
+            continue
+        report = load(path)
+        searched = "; ".join(
+            f"{dtype}: {entry['choice']} at {entry['measured_tokens_per_s']:.1f} tokens/s against its greedy's "
+            f"{entry['greedy_tokens_per_s']:.1f} ({entry['measured_speedup']:.2f}x)"
+            for dtype, entry in report["dtype_search"].items()
+        )
+        sentences.append(
+            f"On {kind} ({report['hardware']}): {searched}; chosen: {report['dtype']}, "
+            f"{'Jacobi' if report['choice']['decoding'] == 'jacobi' else 'greedy'} "
+            f"block {report['choice'].get('block_size')}, {report['choice'].get('num_blocks')} block(s), pool "
+            f"{report['choice'].get('ngram_pool_size')} ({page.ref(path)}, {page.ref(path.replace('.json', '.md'))})."
+        )
+    return " ".join(sentences)
+
+
+@block("cpu-fast-path-compile-cost")
+def cpu_fast_path_compile_cost(page: Page) -> str:
+    """What compiling costs before the first timed call, on a cold and on a warm compile cache, beside what the
+    compiled path gains per answer: the trade `jacobi_cache_implementation="auto"` weighs on a CPU."""
+    cold = load(f"{SHIPPED_RUNS}/amx/cold-compile-cache-bfloat16/bench.json")
+    warm = load(f"{SHIPPED_RUNS}/amx/compiled-bfloat16/bench.json")
+    rows = {row["setting"]: row for row in warm["summary"]}
+    eager, compiled = rows[SHIPPED], rows[f"{SHIPPED} (compiled static cache)"]
+    per_answer = eager["seconds"] / eager["samples"] - compiled["seconds"] / compiled["samples"]
+    key = f"{SHIPPED} (compiled static cache)"
+    return (
+        f"compiling the shipped default's verify forward took {cold['warmup_seconds'][key]:.0f} s in a process on a "
+        f"cold compile cache and {warm['warmup_seconds'][key]:.0f} s once torch's on-disk cache held its kernels "
+        f"(compiled greedy: {cold['warmup_seconds']['AR (static cache + compile)']:.0f} s and "
+        f"{warm['warmup_seconds']['AR (static cache + compile)']:.0f} s), against {per_answer:.2f} s saved per "
+        f"128-token answer ({eager['seconds'] / eager['samples']:.2f} s eager, "
+        f"{compiled['seconds'] / compiled['samples']:.2f} s compiled; "
+        f"{page.ref(f'{SHIPPED_RUNS}/amx/cold-compile-cache-bfloat16/bench.json')}, "
+        f"{page.ref(f'{SHIPPED_RUNS}/amx/compiled-bfloat16/bench.json')})"
+    )

@@ -171,6 +171,8 @@ def tune(
     warmed: set[Candidate] = set()
     eos_ids = eos_token_ids(model.generation_config)
     tokens: dict[Candidate | None, int] = {}
+    dtype = str(model.dtype).removeprefix("torch.")
+    timing = tqdm(desc=f"timed runs ({dtype})", unit="run", disable=not progress)
 
     def measure(candidate: Candidate | None) -> float:
         settings = None if candidate is None else candidate.config
@@ -181,6 +183,7 @@ def tune(
             warmed.add(candidate)
         runs = [decode(model, p, max_new_tokens, settings, eos_ids=eos_ids) for p in prompts]
         tokens[candidate] = sum(run.new_tokens[0] for run in runs)
+        timing.update(1)
         return sum(run.seconds for run in runs)
 
     choice, speedup, verified = choose(predictions, measure, verify_top, margin, rounds, compiled)
@@ -189,6 +192,7 @@ def tune(
         chosen_s = next((v["seconds"] for v in verified if v["candidate"] == str(choice)), greedy_s)
     else:  # nothing was worth timing against greedy: greedy is timed alone, for comparisons across dtypes
         greedy_s = chosen_s = statistics.median(measure(None) for _ in range(rounds))
+    timing.close()
     return TuneResult(
         hardware=machine_description(),
         curve=curve,
@@ -199,7 +203,7 @@ def tune(
         verified=verified,
         choice=choice,
         measured_speedup=speedup,
-        dtype=str(model.dtype).removeprefix("torch."),
+        dtype=dtype,
         greedy_tokens_per_s=tokens[None] / greedy_s,
         chosen_tokens_per_s=tokens[choice] / chosen_s,
     )

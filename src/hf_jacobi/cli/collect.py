@@ -47,6 +47,14 @@ class CollectArguments(PromptArguments):
         },
     )
 
+    answers: str | None = field(
+        default=None,
+        metadata={
+            "help": "A trajectory folder whose answers the recorded states converge to, instead of this model's own "
+            "greedy ones (--method parallel): a trained model's states on the base's answers"
+        },
+    )
+
     def model_id(self, model_args: ModelConfig) -> str:
         """What the trajectories come from, recorded in the folder so that a resumed collection cannot mix models."""
         name = model_args.model_name_or_path or EMBEDDED
@@ -63,6 +71,8 @@ def run_collect(argv: list[str]) -> int:
             "it into the model; use a training source such as 'packages' or 'stdlib'"
         )
     check_writable(args.output_dir, folder=True, what="--output_dir")
+    if args.answers is not None and args.method != "parallel":
+        raise ValueError(f"--answers {args.answers} is iterated to by --method parallel only, got {args.method!r}")
     prompts = args.load()  # a bad prompt source is reported before the model loads
     state = process_state()
     model, tokenizer = load_model_and_tokenizer(model_args, device=state.device)
@@ -84,6 +94,7 @@ def run_collect(argv: list[str]) -> int:
             model_id=args.model_id(model_args),
             adapter=args.adapter,
             method=args.method,
+            answers=args.answers,
         )
     if state.is_main_process:
         collected = load_trajectories(output)

@@ -13,7 +13,7 @@ EXACT_DTYPES = frozenset({"float32", "float64"})
 
 ROUNDING_NOTE = (
     "in a reduced precision a forward over a block rounds differently from a forward over one token, so a near-tie "
-    "may go the other way and an answer depart from greedy's; in float32 every answer is greedy's (--dtype float32)"
+    "may go the other way and an answer depart from greedy's; in float32 every answer is greedy's: --dtype float32"
 )
 
 

@@ -17,9 +17,10 @@ is its rank.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from .model_identity import HASH_CACHE, WeightHashCache, model_identity
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,
+    SETTINGS_FILE,
     check_nothing_lost,
     check_or_record,
     list_shards,
@@ -68,6 +70,8 @@ def collect_trajectories(
     adapter: str | os.PathLike[str] | None = None,
     progress: bool = True,
     method: str = "sequential",
+    answers: str | os.PathLike[str] | Mapping[str, Sequence[int]] | None = None,
+    answers_of: str | None = None,
 ) -> Path:
     """Runs Jacobi decoding over `prompts` (columns `prompt_id`, `messages`) and writes trajectory shards.
 
@@ -81,13 +85,26 @@ def collect_trajectories(
 
     `method`: "sequential" (the loop's own states) or "parallel" (every block's iterations at once from the greedy
     answers, faster with a large `batch_size`; `block_iterations`); a folder holds one method's rows.
+
+    `answers` (parallel method): fixed answers for the states to converge to instead of the model's own greedy ones,
+    as a trajectory folder (its rows' completions, e.g. the base model's) or a mapping prompt id -> token ids. Each
+    iteration is still `model`'s argmax given the state before it, and the first wrong token of a block takes the
+    answer's token: on-policy states of a trained model on the base's answers, which training can then teach it to
+    jump through without moving its answers away from the base's. Every prompt needs an answer (cut at
+    `max_new_tokens`). `collection.json` records whose answers they are (`answers_of`; for a folder, by default the
+    model its own `collection.json` names), and a resumed collection refuses other answers.
     """
     _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size, method)
+    fixed, answers_of = _fixed_answers(answers, answers_of, method)
     state = process_state()
     output = Path(output_dir)
     settings = _folder_settings(block_size, max_new_tokens, chat, draft_seed, method, model_id)
+    if fixed is not None:
+        settings = {**settings, "answers_of": answers_of}
     _open_folder(output, settings, state, model, adapter)
     pending = _pending_prompts(prompts, output, state)
+    if fixed is not None:  # every prompt's answer is checked before the first batch is decoded
+        _answers_for(fixed, [prompts[i]["prompt_id"] for i in pending], max_new_tokens)
     collector = BatchCollector.for_model(
         enable_jacobi(model), tokenizer, method, block_size, max_new_tokens, draft_seed
     )
@@ -98,7 +115,8 @@ def collect_trajectories(
     for batch_indices in in_batches(pending, batch_size):
         batch = prompts.select(batch_indices)
         prompt_ids = encode_prompts(batch, tokenizer, chat=chat, max_prompt_tokens=max_prompt_tokens)
-        records = collector.rows(batch["prompt_id"], prompt_ids)
+        given = None if fixed is None else _answers_for(fixed, batch["prompt_id"], max_new_tokens)
+        records = collector.rows(batch["prompt_id"], prompt_ids, given)
         rows = pa.concat_tables([rows, pa.Table.from_pylist(records, schema=SCHEMA)])
         write_shard(rows, shard_path(output, state.process_index, number))
         if rows.num_rows >= shard_size:
@@ -107,6 +125,42 @@ def collect_trajectories(
     bar.close()
     state.wait_for_everyone()
     return output
+
+
+def _fixed_answers(
+    answers: str | os.PathLike[str] | Mapping[str, Sequence[int]] | None, answers_of: str | None, method: str
+) -> tuple[dict[str, list[int]] | None, str | None]:
+    """The fixed answers by prompt id and whose they are, read before any model work; None when not given."""
+    if answers is None:
+        if answers_of is not None:
+            raise ValueError(f"answers_of={answers_of!r} names the owner of fixed answers, but no answers are given.")
+        return None, None
+    if method != "parallel":
+        raise ValueError(
+            f"fixed answers are iterated to by the parallel method only; got method={method!r}: pass method='parallel'"
+        )
+    if isinstance(answers, Mapping):
+        if answers_of is None:
+            raise ValueError("answers given as a mapping need answers_of, the name of the model that wrote them.")
+        return {str(k): list(v) for k, v in answers.items()}, answers_of
+    folder = Path(answers)
+    rows = load_trajectories(folder)
+    if answers_of is None:
+        record = folder / SETTINGS_FILE
+        recorded = json.loads(record.read_text(encoding="utf-8")).get("model") if record.is_file() else None
+        answers_of = recorded or str(folder)
+    return dict(zip(rows["prompt_id"], rows["completion_ids"], strict=True)), answers_of
+
+
+def _answers_for(fixed: dict[str, list[int]], prompt_ids: list[str], max_new_tokens: int) -> list[list[int]]:
+    """The fixed answers of a batch's prompts, cut at `max_new_tokens`; a prompt without one is refused by id."""
+    missing = [prompt_id for prompt_id in prompt_ids if prompt_id not in fixed]
+    if missing:
+        raise ValueError(
+            f"no fixed answer for the prompts {missing[:5]}{' ...' if len(missing) > 5 else ''} ({len(missing)} of "
+            f"{len(prompt_ids)}): collect the answers' folder over the same prompts first"
+        )
+    return [fixed[prompt_id][:max_new_tokens] for prompt_id in prompt_ids]
 
 
 def _folder_settings(block_size, max_new_tokens, chat, draft_seed, method, model_id) -> dict[str, Any]:

@@ -46,9 +46,12 @@ class BatchCollector:
         eos_ids = frozenset(eos_token_ids(model.generation_config))
         return cls(model, method, block_size, max_new_tokens, draft_seed, pad_id, eos_ids)
 
-    def rows(self, prompt_ids: list[str], prompts: list[list[int]]) -> list[dict[str, Any]]:
-        """The trajectory rows of one batch (`prompts`: token ids, chat template applied)."""
-        found = self._sequential(prompts) if self.method == "sequential" else self._parallel(prompts)
+    def rows(
+        self, prompt_ids: list[str], prompts: list[list[int]], answers: list[list[int]] | None = None
+    ) -> list[dict[str, Any]]:
+        """The trajectory rows of one batch (`prompts`: token ids, chat template applied); with `answers` (parallel
+        method only), the model's states converge to those answers instead of its own greedy ones."""
+        found = self._sequential(prompts) if self.method == "sequential" else self._parallel(prompts, answers)
         return [
             TrajectoryRow(
                 prompt_id=prompt_id,
@@ -84,7 +87,9 @@ class BatchCollector:
             found.append((generated, blocks, int(out.forward_passes[row])))
         return found
 
-    def _parallel(self, prompts: list[list[int]]) -> list[tuple[list[int], list, int]]:
+    def _parallel(
+        self, prompts: list[list[int]], answers: list[list[int]] | None = None
+    ) -> list[tuple[list[int], list, int]]:
         found = block_trajectories(
             self.model,
             prompts,
@@ -93,5 +98,6 @@ class BatchCollector:
             pad_id=self.pad_id,
             eos_ids=set(self.eos_ids),
             draft_seed=self.draft_seed,
+            answers=answers,
         )
         return list(zip(found.answers, found.states, found.forward_passes, strict=True))

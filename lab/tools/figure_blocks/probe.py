@@ -1,0 +1,59 @@
+"""The acceptance probe: its prediction of plain Jacobi's tokens per forward against the measured figure over the
+committed adapters (lab/probe_validation.py), and the overfit check on the embedded model (lab/overfit_check.py)."""
+
+from __future__ import annotations
+
+from .core import RESULTS, Page, block, load
+
+VALIDATION = "probe/validation.json"
+OVERFIT = "probe/overfit.json"
+
+
+@block("probe-validation")
+def probe_validation(page: Page) -> str:
+    """One row per model: the probe on the base's states and on its own, beside measured plain Jacobi; the rank
+    correlations under the table."""
+    if not (RESULTS / VALIDATION).is_file():
+        return "not measured yet"
+    report = load(VALIDATION)
+    lines = [
+        "| model | probe on the base's states: tokens/iteration (depth 0, 1, 2 rates) | agreement with the base's "
+        "answers | probe on its own states: tokens/iteration | measured plain Jacobi: tokens/forward |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, row in report["models"].items():
+        base, own = row["probe_base_states"], row["probe_own_states"]
+        rates = ", ".join(f"{rate:.2f}" for rate in base["rates_by_depth"][:3])
+        lines.append(
+            f"| {label} | {base['tokens_per_iteration']:.3f} ({rates}) | {base['fixed_point_agreement']:.3f} | "
+            f"{own['tokens_per_iteration']:.3f} | {row['plain_tokens_per_forward']:.3f} |"
+        )
+    return (
+        "\n".join(lines)
+        + f"\n\nSpearman rank correlation with measured plain Jacobi over the {len(report['models'])} models: the probe "
+        f"on the base's states {report['spearman_base_states']:.2f}, on each model's own states "
+        f"{report['spearman_own_states']:.2f}. Prompts: {report['prompts']}, block {report['block_size']}, "
+        f"{report['max_new_tokens']} new tokens, float32. File: {page.ref(VALIDATION)}."
+    )
+
+
+@block("probe-overfit")
+def probe_overfit(page: Page) -> str:
+    """The overfit check's figures before and after training, with its settings."""
+    if not (RESULTS / OVERFIT).is_file():
+        return "not measured yet"
+    report = load(OVERFIT)
+    before, after, settings = report["before"], report["after"], report["settings"]
+    own = after.get("probe_own_states", {})
+    return (
+        f"{settings['prompts']} `packages` training prompts x {settings['drafts']} drafts, block "
+        f"{settings['block_size']}, {settings['epochs']} epochs at learning rate {settings['learning_rate']} (full "
+        f"fine-tune, no anchor, every block noised): depth-0 rate on the training states "
+        f"{before['probe']['rates_by_depth'][0]:.2f} -> {after['probe']['rates_by_depth'][0]:.2f}, the probe's tokens "
+        f"per iteration {before['probe']['tokens_per_iteration']:.2f} -> {after['probe']['tokens_per_iteration']:.2f}, "
+        f"plain Jacobi on the same prompts {before['plain']['tokens_per_forward']:.2f} -> "
+        f"{after['plain']['tokens_per_forward']:.2f} tokens per forward ({after['plain']['identical_to_greedy']} of "
+        f"{after['plain']['prompts']} answers identical to greedy); on its own states after training the probe reads "
+        f"{own.get('tokens_per_iteration', float('nan')):.2f} tokens per iteration (depth 0: "
+        f"{(own.get('rates_by_depth') or [float('nan')])[0]:.2f}). File: {page.ref(OVERFIT)}"
+    )

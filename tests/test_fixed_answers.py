@@ -1,0 +1,58 @@
+"""Collecting one model's Jacobi states on another model's answers (`collect_trajectories(..., answers=...)`): the
+on-policy states of a trained model that still converge to the base's answers. Tiny random Llamas, seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_jacobi import collect_trajectories, load_trajectories, probe_acceptance
+from hf_jacobi.data.trajectories import first_mismatch
+from test_training import tiny_prompts
+from tiny_models import tiny_model, tiny_tokenizer
+
+
+def _collect(model, folder, **kwargs):
+    settings = dict(block_size=4, max_new_tokens=16, batch_size=2, method="parallel", progress=False)
+    return collect_trajectories(model, tiny_tokenizer(), tiny_prompts(4), folder, **(settings | kwargs))
+
+
+def test_a_models_states_converge_to_another_models_answers(tmp_path) -> None:
+    base, other = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
+    base_rows = load_trajectories(_collect(base, tmp_path / "base", model_id="base"))
+    folder = _collect(other, tmp_path / "other-on-base", model_id="other", answers=tmp_path / "base")
+    rows = load_trajectories(folder)
+    assert rows["completion_ids"] == base_rows["completion_ids"] and rows["fixed_points"] == base_rows["fixed_points"]
+    assert json.loads((folder / "collection.json").read_text())["answers_of"] == "base"
+    own = load_trajectories(_collect(other, tmp_path / "other-own", model_id="other"))
+    assert own["completion_ids"] != base_rows["completion_ids"]  # the other model answers otherwise
+    # each iteration is the other model's argmax past the forced first wrong token: the probe of that model on these
+    # states reproduces their iterations exactly, while saying the answers are not its own
+    probe = probe_acceptance(other, rows)
+    tokens = sum(
+        len(f) - first_mismatch(list(s[0]), list(f))
+        for r in rows
+        for s, f in zip(r["states"], r["fixed_points"], strict=True)
+    )
+    assert probe.committed == tokens and probe.states == sum(len(s) - 1 for r in rows for s in r["states"])
+    assert probe.agreement < 1.0
+
+
+def test_a_models_own_answers_as_fixed_answers_give_its_own_trajectories(tmp_path) -> None:
+    model = tiny_model("llama")
+    own = load_trajectories(_collect(model, tmp_path / "own", model_id="m"))
+    again = load_trajectories(_collect(model, tmp_path / "again", model_id="m", answers={r["prompt_id"]: r["completion_ids"] for r in own}, answers_of="m"))  # fmt: skip
+    assert again["states"] == own["states"] and again["completion_ids"] == own["completion_ids"]
+
+
+def test_fixed_answers_are_refused_where_they_cannot_be_used(tmp_path) -> None:
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match="parallel method only; got method='sequential'"):
+        _collect(model, tmp_path / "a", method="sequential", answers={"p00": [5, 6]}, answers_of="x")
+    with pytest.raises(ValueError, match="need answers_of"):
+        _collect(model, tmp_path / "b", answers={"p00": [5, 6]})
+    with pytest.raises(ValueError, match=r"no fixed answer for the prompts \['p01', 'p02', 'p03'\] \(3 of 4\)"):
+        _collect(model, tmp_path / "c", answers={"p00": [5, 6, 7, 8, 9]}, answers_of="x", batch_size=4)
+    with pytest.raises(ValueError, match="names the owner of fixed answers, but no answers are given"):
+        _collect(model, tmp_path / "d", answers_of="x")
