@@ -48,7 +48,9 @@ def test_the_probe_reproduces_a_models_own_iterations_exactly(family: str, tmp_p
     assert result.states == iterations and result.committed == tokens
     assert result.agreement == 1.0 and result.trajectories == len(rows)
     assert result.tokens_per_iteration == pytest.approx(tokens / iterations)
-    assert len(result.rates) == 3 and all  # depths 0-2: a block's first token is never wrong(0.0 <= rate <= 1.0 for rate in result.rates)
+    assert (
+        len(result.rates) == 3 and all
+    )  # depths 0-2: a block's first token is never wrong(0.0 <= rate <= 1.0 for rate in result.rates)
     assert model.training is False
 
 
