@@ -195,7 +195,7 @@ def test_tune_times_a_compiled_twin_after_building_its_graph(tmp_path, monkeypat
     monkeypatch.setattr(Candidate, "config", property(lambda c: _eager_static(c)))
     # the finalist must be predicted faster than greedy to be timed at all: the tiny model's curve cannot promise that
     from hf_jacobi.bench import tune as tune_module
-    from hf_jacobi.bench.tune_choice import Prediction
+    from hf_jacobi.bench.tune import Prediction
 
     monkeypatch.setattr(
         tune_module,

@@ -10,7 +10,7 @@ import pytest
 
 from hf_jacobi import cli
 from hf_jacobi.bench import tune
-from hf_jacobi.bench.tune_choice import Candidate, DtypeSearch, TuneResult
+from hf_jacobi.bench.tune import Candidate, DtypeSearch, TuneResult
 from hf_jacobi.cli import common, generate
 from hf_jacobi.cli.exactness import greedy_verdict, is_exact
 from test_cli import tiny_checkpoint  # noqa: F401  (a fixture)

@@ -56,3 +56,23 @@ def test_fixed_answers_are_refused_where_they_cannot_be_used(tmp_path) -> None:
         _collect(model, tmp_path / "c", answers={"p00": [5, 6, 7, 8, 9]}, answers_of="x", batch_size=4)
     with pytest.raises(ValueError, match="names the owner of fixed answers, but no answers are given"):
         _collect(model, tmp_path / "d", answers_of="x")
+
+
+def test_the_collect_command_records_states_on_another_folders_answers(tmp_path) -> None:
+    from hf_jacobi import cli
+
+    checkpoints = {}
+    for seed in (0, 1):
+        checkpoints[seed] = tmp_path / f"model{seed}"
+        tiny_model("llama", seed=seed).save_pretrained(checkpoints[seed])
+        tiny_tokenizer().save_pretrained(checkpoints[seed])
+    common = ["--prompts", "stdlib", "--num_prompts", "2", "--max_new_tokens", "8", "--block_size", "4"]
+    base = tmp_path / "base"
+    assert cli.main(["collect", "--model_name_or_path", str(checkpoints[0]), *common, "--output_dir", str(base)]) == 0
+    theirs = tmp_path / "theirs"
+    argv = ["collect", "--model_name_or_path", str(checkpoints[1]), *common, "--method", "parallel", "--answers"]
+    assert cli.main([*argv, str(base), "--output_dir", str(theirs)]) == 0
+    assert load_trajectories(theirs)["completion_ids"] == load_trajectories(base)["completion_ids"]
+    assert json.loads((theirs / "collection.json").read_text())["answers_of"] == str(checkpoints[0])
+    sequential = ["collect", "--model_name_or_path", str(checkpoints[1]), *common, "--answers", str(base)]
+    assert cli.main([*sequential, "--output_dir", str(tmp_path / "x")]) == 1
