@@ -148,3 +148,20 @@ def test_the_size_report_lists_the_longest_modules_and_functions() -> None:
     assert any(name.endswith(":probe_acceptance") for _, name in functions)
     text = report(root, top=3)
     assert len(text.splitlines()) == 11 and MODULE_GUIDE > 300 and FUNCTION_GUIDE > 60
+
+
+def test_no_two_modules_open_with_the_same_sentence() -> None:
+    """One concept, one home: a library module and the CLI module that calls it say different things first."""
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "src" / "hf_jacobi"
+    seen: dict[str, str] = {}
+    for path in sorted(root.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        if not doc:
+            continue
+        first = re.split(r"(?<=[.:])\s", " ".join(doc.split()), maxsplit=1)[0]
+        name = path.relative_to(root).as_posix()
+        assert first not in seen, f"{name} and {seen[first]} both open with {first!r}"
+        seen[first] = name

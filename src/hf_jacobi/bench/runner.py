@@ -1,4 +1,5 @@
-"""`hf-jacobi bench`: greedy AR baselines against Jacobi configurations on one task, timed and scored.
+"""Greedy AR baselines against Jacobi configurations on one task, timed and scored (the work behind `hf-jacobi
+bench`).
 
 Honest by construction, unlike the reference's numbers (see the method notes):
 - every sample counts, not only those that ended on EOS;

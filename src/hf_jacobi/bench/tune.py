@@ -1,4 +1,5 @@
-"""`hf-jacobi tune`: pick the Jacobi settings that are fastest on this hardware, or keep greedy when none is.
+"""Choosing the Jacobi settings that are fastest on this hardware, or greedy when none is (the work behind
+`hf-jacobi tune`).
 
 Two measurements are combined. The roofline is what one forward costs against the number of tokens in it: nearly
 flat up to a knee on a GPU at batch 1 (memory-bound), close to linear on a small CPU (compute-bound). Acceptance is

@@ -1,4 +1,4 @@
-"""`hf-jacobi push`: publish a saved checkpoint (full weights or a LoRA adapter) with everything a user needs.
+"""Publishing a saved checkpoint (full weights or a LoRA adapter) with everything a user needs.
 
 The checkpoint is staged in a separate folder (the user's own folder is never edited), completed with the Jacobi
 generation config, the model card and `custom_generate/`, and uploaded in one commit. The card claims Jacobi Forcing
