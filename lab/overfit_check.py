@@ -36,13 +36,15 @@ from hf_jacobi import (
 
 
 def with_drafts(model, tokenizer, prompts: datasets.Dataset, folder: Path, seeds: int, args) -> datasets.Dataset:
-    """Each prompt's trajectories from `seeds` initial drafts, one row per draft (ids made unique per draft)."""
+    """Each prompt's trajectories from `seeds` initial drafts, one row per draft (ids made unique per draft); the
+    later drafts iterate to the first draft's answers (the model's own), so that greedy generation runs once."""
     parts = []
     for seed in range(seeds):
         part = folder / f"draft{seed}"
+        own = {} if seed == 0 else {"answers": folder / "draft0", "answers_of": "embedded"}
         collect_trajectories(model, tokenizer, prompts, part, block_size=args.block_size,
                              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, draft_seed=seed,
-                             method="parallel")  # fmt: skip
+                             method="parallel", model_id="embedded", **own)  # fmt: skip
         rows = load_trajectories(part)
         parts.append(rows.map(lambda row, s=seed: {"prompt_id": f"{row['prompt_id']}#draft{s}"}))
     return datasets.concatenate_datasets(parts)

@@ -2,8 +2,8 @@
 against its measured plain Jacobi decoding on the same held-out prompts, with the rank correlation over adapters.
 
 Per model (the base, or the base with an adapter merged): the probe on the base's block-by-block trajectories of the
-prompts (what training on the base's states would start from; seconds), the probe on its own trajectories (exactly the
-iterations of block-by-block Jacobi decoding), and plain Jacobi through `generate(decoding="jacobi")` (the loop users
+prompts (what training on the base's states would start from), the tokens per iteration of its own block-by-block
+trajectories (what the probe on them gives exactly, read from the recorded states), and plain Jacobi through `generate(decoding="jacobi")` (the loop users
 run, whose window slides over block boundaries). Every model's figures are kept in the output folder as they finish,
 so a run cut short resumes with the same command. Over the public API, float32 (exact):
 
@@ -54,6 +54,19 @@ def plain_jacobi(model, prompt_ids: list[list[int]], block_size: int, max_new_to
     return tokens / forwards
 
 
+def block_by_block(rows) -> dict:
+    """Tokens per iteration of block-by-block Jacobi decoding on a model's own trajectories, read from the states the
+    collection recorded: what the probe of that model on them gives exactly in float32 (tests/test_probe.py), without
+    its forwards."""
+    tokens = iterations = 0
+    for row in rows:
+        for states, fixed in zip(row["states"], row["fixed_points"], strict=True):
+            first = next((i for i, (a, b) in enumerate(zip(states[0], fixed, strict=True)) if a != b), len(fixed))
+            tokens += len(fixed) - first
+            iterations += len(states) - 1
+    return {"tokens_per_iteration": tokens / iterations, "iterations": iterations}
+
+
 def spearman(xs: list[float], ys: list[float]) -> float:
     """Spearman's rank correlation (average ranks for ties)."""
 
@@ -86,7 +99,7 @@ def measure(label: str, spec: str, prompts, base_states, args) -> dict:
     return {
         "model": spec,
         "probe_base_states": probe_acceptance(model, base_states).to_dict(),
-        "probe_own_states": probe_acceptance(model, load_trajectories(own)).to_dict(),
+        "own_states": block_by_block(load_trajectories(own)),
         "plain_tokens_per_forward": plain_jacobi(model, prompt_ids, args.block_size, args.max_new_tokens),
     }
 
@@ -117,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         print(label, json.dumps(results[label]))
     measured = [r["plain_tokens_per_forward"] for r in results.values()]
     base_probe = [r["probe_base_states"]["tokens_per_iteration"] for r in results.values()]
-    own_probe = [r["probe_own_states"]["tokens_per_iteration"] for r in results.values()]
+    own_probe = [r["own_states"]["tokens_per_iteration"] for r in results.values()]
     report = {
         "prompts": f"packages test, first {args.prompts}",
         "block_size": args.block_size,

@@ -37,11 +37,26 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = sorted([*_MODULE_OF, "__version__"])
 
 
+TRAINING_EXTRA = ("trl", "peft", "datasets", "accelerate")
+"""What `pip install hf-jacobi[train]` adds to a decoding-only install: collection, training and evaluation need them,
+`generate(decoding="jacobi")`, the embedded model (with the shipped adapter) and the vLLM proposer do not."""
+
+
 def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'hf_jacobi' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    try:
+        imported = importlib.import_module(module, __name__)
+    except ModuleNotFoundError as error:
+        if error.name not in TRAINING_EXTRA:
+            raise
+        raise ModuleNotFoundError(
+            f"hf_jacobi.{name} needs {error.name}, which a decoding-only install leaves out: pip install "
+            "'hf-jacobi[train]'",
+            name=error.name,
+        ) from error
+    value = getattr(imported, name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
 
 JACOBI_FORCING_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-jacobi-forcing"
@@ -59,13 +61,12 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
             f"no Jacobi Forcing adapter in {folder} (missing {missing}); expected a PEFT adapter folder as "
             "`hf-jacobi train` writes with use_peft (for the shipped one: reinstall hf-jacobi)"
         )
-    from peft import PeftModel
     from transformers import GenerationConfig
 
     from .decoding.config import JacobiConfig
 
     try:
-        merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+        merged = _merged(model, folder)
     except (RuntimeError, ValueError) as error:  # shapes or module names of another base model
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         detail = next((line for line in lines if line.startswith("size mismatch")), None)
@@ -81,6 +82,62 @@ def apply_adapter(model: Any, folder: str | os.PathLike[str]) -> Any:
             merged.generation_config, decoding="greedy"
         )
     return merged
+
+
+def _merged(model: Any, folder: Path) -> Any:
+    """peft's merge where peft is installed; without it (a decoding-only install), a plain LoRA's merge done here."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is not None:
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    return merge_plain_lora(model, folder)
+
+
+PLAIN_LORA_DEFAULTS = {"use_dora": False, "fan_in_fan_out": False, "modules_to_save": None, "bias": "none"}
+"""The LoRA features `merge_plain_lora` merges as peft would: anything else needs peft itself."""
+
+
+@torch.no_grad()
+def merge_plain_lora(model: Any, folder: str | os.PathLike[str]) -> Any:
+    """Merges a plain LoRA adapter (peft's files: adapter_config.json, adapter_model.safetensors) into `model` in place
+    and returns it: each target linear weight W becomes W + (B @ A) * alpha / r (alpha / sqrt(r) with rsLoRA), the
+    product taken in float32 and added in W's dtype, as peft's merge does on a CPU. This is what lets a decoding-only
+    install (no peft) load the shipped Jacobi Forcing adapter; an adapter using more than that (DoRA, per-module ranks,
+    extra trained modules, biases) names what it uses and asks for peft."""
+    import json
+
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    unsupported = [key for key, plain in PLAIN_LORA_DEFAULTS.items() if config.get(key, plain) not in (plain, [], {})]
+    unsupported += [key for key in ("rank_pattern", "alpha_pattern") if config.get(key)]
+    if config.get("peft_type", "LORA") != "LORA" or unsupported:
+        raise ModelNotAvailableError(
+            f"the adapter in {folder} uses {unsupported or [config.get('peft_type')]}, which only peft merges: "
+            "pip install 'hf-jacobi[train]'"
+        )
+    rank, alpha = config["r"], config["lora_alpha"]
+    scale = alpha / rank**0.5 if config.get("use_rslora") else alpha / rank
+    tensors = load_file(str(folder / "adapter_model.safetensors"))
+    modules = dict(model.named_modules())
+    for key, lora_a in tensors.items():
+        if not key.endswith(".lora_A.weight"):
+            continue
+        name = key.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+        lora_b = tensors[key.replace(".lora_A.", ".lora_B.")]
+        if name not in modules:
+            raise ValueError(f"Target module {name} not found in the base model")
+        weight = modules[name].weight
+        delta = (lora_b.float() @ lora_a.float()) * scale
+        if delta.shape != weight.shape:
+            raise ValueError(
+                f"size mismatch for {name}: the adapter's {tuple(delta.shape)}, the model's {tuple(weight.shape)}"
+            )
+        weight += delta.to(weight.dtype)
+    return model
 
 
 def export_adapter(

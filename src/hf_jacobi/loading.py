@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import PartialState
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.errors import (
@@ -234,11 +233,13 @@ def eos_token_ids(generation_config: Any) -> set[int]:
     return {int(e) for e in (eos if isinstance(eos, list) else [eos])}
 
 
-def process_state() -> PartialState:
+def process_state() -> Any:
     """accelerate's view of this process, with CPU-only ranks still forming a process group.
 
     Without cpu=True, CPU processes under `accelerate launch` form no group: every rank would take itself for the
     only one, collect every prompt and write the same files."""
+    from accelerate import PartialState
+
     return PartialState(cpu=not torch.accelerator.is_available())
 
 

@@ -18,11 +18,11 @@ def probe_validation(page: Page) -> str:
     report = load(VALIDATION)
     lines = [
         "| model | probe on the base's states: tokens/iteration (depth 0, 1, 2 rates) | agreement with the base's "
-        "answers | probe on its own states: tokens/iteration | measured plain Jacobi: tokens/forward |",
+        "answers | block-by-block on its own states: tokens/iteration | measured plain Jacobi: tokens/forward |",
         "|---|---:|---:|---:|---:|",
     ]
     for label, row in report["models"].items():
-        base, own = row["probe_base_states"], row["probe_own_states"]
+        base, own = row["probe_base_states"], row["own_states"]
         rates = ", ".join(f"{rate:.2f}" for rate in base["rates_by_depth"][:3])
         lines.append(
             f"| {label} | {base['tokens_per_iteration']:.3f} ({rates}) | {base['fixed_point_agreement']:.3f} | "
@@ -31,7 +31,7 @@ def probe_validation(page: Page) -> str:
     return (
         "\n".join(lines)
         + f"\n\nSpearman rank correlation with measured plain Jacobi over the {len(report['models'])} models: the probe "
-        f"on the base's states {report['spearman_base_states']:.2f}, on each model's own states "
+        f"on the base's states {report['spearman_base_states']:.2f}; block-by-block decoding on each model's own states "
         f"{report['spearman_own_states']:.2f}. Prompts: {report['prompts']}, block {report['block_size']}, "
         f"{report['max_new_tokens']} new tokens, float32. File: {page.ref(VALIDATION)}."
     )

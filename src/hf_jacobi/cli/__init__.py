@@ -1,7 +1,8 @@
 """The `hf-jacobi` command line: try Jacobi decoding on one prompt, or measure it against greedy on HumanEval.
 
 Every subcommand that decodes checks the claim the project rests on, that Jacobi decoding returns exactly greedy's
-tokens, and exits with 1 when it does not, so a broken build cannot print a good-looking speedup. Forwards are counted
+tokens, and in float32, where it must, exits with 1 when it does not, so a broken build cannot print a good-looking
+speedup (in a reduced precision it counts the answers that differ and says why, `exactness`). Forwards are counted
 after the prefill on both sides: the prefill yields the first new token either way, so greedy needs new tokens - 1
 decoding forwards and Jacobi reports its own count in `forward_passes`.
 

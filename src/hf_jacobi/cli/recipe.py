@@ -10,6 +10,8 @@ Each step's arguments and runner live in its own module (`collect`, `train`, `ev
 
 from __future__ import annotations
 
+import sys
+
 from .common import USER_ERRORS, report_error, report_interrupt, source_error
 
 STEPS = {
@@ -27,13 +29,22 @@ libraries do, and a recipe or data file that is not there is a FileNotFoundError
 def run_step(step: str, argv: list[str], debug: bool = False) -> int:
     """Runs one step on its own arguments; a setting it refuses or a model that does not load is reported in one line
     with exit code 1, as the argparse commands report theirs (with the traceback when `debug`)."""
-    # trl, datasets and peft are imported only when a step runs
-    if step == "collect":
-        from .collect import run_collect as handler
-    elif step == "train":
-        from .train import run_train as handler
-    else:
-        from .evaluate import run_evaluate as handler
+    # trl, datasets, peft and accelerate are imported only when a step runs: a decoding-only install lacks them
+    from .. import TRAINING_EXTRA
+
+    try:
+        if step == "collect":
+            from .collect import run_collect as handler
+        elif step == "train":
+            from .train import run_train as handler
+        else:
+            from .evaluate import run_evaluate as handler
+    except ModuleNotFoundError as error:
+        if error.name not in TRAINING_EXTRA:
+            raise
+        print(f"error: hf-jacobi {step} needs {error.name}, which a decoding-only install leaves out: pip install "
+              "'hf-jacobi[train]'", file=sys.stderr)  # fmt: skip
+        return 1
     try:
         return handler(argv)
     except (*USER_ERRORS, *SETTING_ERRORS) as error:
