@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     report["before"] = {"probe": probe_acceptance(model, rows).to_dict(),
                         "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
-    report["train_seconds_last_sitting"] = train(model, tokenizer, rows, args.output_dir / "run", args)
+    report["train_seconds_this_call"] = train(model, tokenizer, rows, args.output_dir / "run", args)
     model.eval()
     report["after"] = {"probe": probe_acceptance(model, rows).to_dict(),
                        "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
