@@ -67,6 +67,13 @@ def block_by_block(rows) -> dict:
     return {"tokens_per_iteration": tokens / iterations, "iterations": iterations}
 
 
+def pearson(xs: list[float], ys: list[float]) -> float:
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    cov = sum((a - mx) * (b - my) for a, b in zip(xs, ys, strict=True))
+    var = (sum((a - mx) ** 2 for a in xs) * sum((b - my) ** 2 for b in ys)) ** 0.5
+    return cov / var if var else float("nan")
+
+
 def spearman(xs: list[float], ys: list[float]) -> float:
     """Spearman's rank correlation (average ranks for ties)."""
 
@@ -138,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         "models": results,
         "spearman_base_states": spearman(base_probe, measured),
         "spearman_own_states": spearman(own_probe, measured),
+        "pearson_base_states": pearson(base_probe, measured),
+        "pearson_own_states": pearson(own_probe, measured),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -30,9 +30,10 @@ def probe_validation(page: Page) -> str:
         )
     return (
         "\n".join(lines)
-        + f"\n\nSpearman rank correlation with measured plain Jacobi over the {len(report['models'])} models: the probe "
-        f"on the base's states {report['spearman_base_states']:.2f}; block-by-block decoding on each model's own states "
-        f"{report['spearman_own_states']:.2f}. Prompts: {report['prompts']}, block {report['block_size']}, "
+        + f"\n\nCorrelation with measured plain Jacobi over the {len(report['models'])} models, rank (Spearman) and "
+        f"linear (Pearson): the probe on the base's states {report['spearman_base_states']:.2f} and "
+        f"{report['pearson_base_states']:.3f}; block-by-block decoding on each model's own states "
+        f"{report['spearman_own_states']:.2f} and {report['pearson_own_states']:.3f}. Prompts: {report['prompts']}, block {report['block_size']}, "
         f"{report['max_new_tokens']} new tokens, float32. File: {page.ref(VALIDATION)}."
     )
 
