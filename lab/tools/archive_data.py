@@ -51,7 +51,12 @@ def archive(paths: list[str], why: str) -> int:
         manifest["entries"].append({"path": path, "commit": commit, "why": why, "files": listed})
         git("rm", "-r", "-q", "--", path)
     MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    git("add", str(MANIFEST.relative_to(ROOT)))
+    ignore = ROOT / ".gitignore"  # restored files must never be taken into git again
+    ignored = ignore.read_text(encoding="utf-8").splitlines()
+    ignore.write_text(
+        "\n".join([*ignored, *(f"/{p}" for p in paths if f"/{p}" not in ignored)]) + "\n", encoding="utf-8"
+    )
+    git("add", str(MANIFEST.relative_to(ROOT)), ".gitignore")
     return 0
 
 
