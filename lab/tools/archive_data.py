@@ -22,57 +22,60 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = ROOT / "recipes" / "smollm2-135m" / "data" / "ARCHIVED.json"
+MANIFEST = Path("recipes") / "smollm2-135m" / "data" / "ARCHIVED.json"
+"""Relative to the repository root."""
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def git(*args: str, binary: bool = False):
-    out = subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True)
+def git(root: Path, *args: str, binary: bool = False):
+    out = subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
     return out.stdout if binary else out.stdout.decode().strip()
 
 
-def archive(paths: list[str], why: str) -> int:
+def archive(paths: list[str], why: str, root: Path = ROOT) -> int:
     """Lists every tracked file under `paths` in the manifest (hash, size, the current commit), then `git rm`s them."""
-    commit = git("rev-parse", "HEAD")
-    manifest = json.loads(MANIFEST.read_text(encoding="utf-8")) if MANIFEST.is_file() else {"entries": []}
+    commit = git(root, "rev-parse", "HEAD")
+    record = root / MANIFEST
+    manifest = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {"entries": []}
     for path in paths:
-        files = git("ls-files", "--", path).splitlines()
+        files = git(root, "ls-files", "--", path).splitlines()
         if not files:
             raise SystemExit(f"{path}: no tracked file there")
-        if git("status", "--porcelain", "--", path):
+        if git(root, "status", "--porcelain", "--", path):
             raise SystemExit(
                 f"{path}: uncommitted changes; commit them first, so that the commit holds what is listed"
             )
-        listed = [{"path": f, "sha256": sha256((ROOT / f).read_bytes()), "bytes": (ROOT / f).stat().st_size}
+        listed = [{"path": f, "sha256": sha256((root / f).read_bytes()), "bytes": (root / f).stat().st_size}
                   for f in files]  # fmt: skip
         manifest["entries"].append({"path": path, "commit": commit, "why": why, "files": listed})
-        git("rm", "-r", "-q", "--", path)
-    MANIFEST.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    ignore = ROOT / ".gitignore"  # restored files must never be taken into git again
-    ignored = ignore.read_text(encoding="utf-8").splitlines()
+        git(root, "rm", "-r", "-q", "--", path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    ignore = root / ".gitignore"  # restored files must never be taken into git again
+    ignored = ignore.read_text(encoding="utf-8").splitlines() if ignore.is_file() else []
     ignore.write_text(
         "\n".join([*ignored, *(f"/{p}" for p in paths if f"/{p}" not in ignored)]) + "\n", encoding="utf-8"
     )
-    git("add", str(MANIFEST.relative_to(ROOT)), ".gitignore")
+    git(root, "add", str(MANIFEST), ".gitignore")
     return 0
 
 
-def restore(only: list[str]) -> int:
+def restore(only: list[str], root: Path = ROOT) -> int:
     """Writes back every listed file (or those under `only`) from its commit, checking its SHA-256."""
-    manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     for entry in manifest["entries"]:
         if only and not any(entry["path"].startswith(prefix) for prefix in only):
             continue
-        data = git("archive", entry["commit"], "--", entry["path"], binary=True)
+        data = git(root, "archive", entry["commit"], "--", entry["path"], binary=True)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             for listed in entry["files"]:
                 content = tar.extractfile(listed["path"]).read()
                 if sha256(content) != listed["sha256"]:
                     raise SystemExit(f"{listed['path']}: SHA-256 differs from the manifest's")
-                target = ROOT / listed["path"]
+                target = root / listed["path"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
         print(f"restored {entry['path']} ({len(entry['files'])} files) from {entry['commit'][:10]}")
