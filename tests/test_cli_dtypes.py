@@ -33,8 +33,8 @@ def test_generate_compare_fails_on_a_difference_only_in_float32(
     dtype: str,
     code: int,
 ) -> None:
-    """A Jacobi answer that departs from greedy (simulated by changing its last token) fails `generate --compare` in
-    float32 and is counted and explained in bfloat16."""
+    """The exit code exposes a Jacobi answer that departs from greedy (simulated by changing its last token) in float32,
+    where it is a defect, and counts and explains it in bfloat16."""
     load_model = common.load_model
 
     def load_corrupted(path, dtype, jacobi_forcing=False, adapter=None):
