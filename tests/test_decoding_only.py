@@ -41,6 +41,7 @@ def test_jacobi_decoding_and_the_command_line_need_no_training_extra() -> None:
 import contextlib, io, json, sys, torch
 from tiny_models import tiny_model
 import hf_jacobi
+import hf_jacobi.integrations.merged, hf_jacobi.integrations.vllm_drafts  # the vLLM proposer's side of the package
 from hf_jacobi import cli
 model = hf_jacobi.enable_jacobi(tiny_model("llama"))
 ids = torch.tensor([[1, 5, 9, 12]])
