@@ -37,8 +37,9 @@ class JacobiForcingConfig(SFTConfig):
             answer; this keeps the rest of the distribution, i.e. the NLL of text the model did not write. Costs one
             more forward (without gradient) per micro-batch, and for full fine-tuning a second copy of the weights.
         consistency_normalization (`str`, *optional*, defaults to `"blocks"`):
-            "blocks": average over each block's noisy tokens, then over blocks (the paper's); "tokens": average over
-            all noisy tokens.
+            "blocks": average over each block's noisy tokens, then over blocks; "tokens": average over all noisy
+            tokens. Neither is the reference code's, which averages over the noisy tokens and divides by the number of
+            blocks again.
         prompt_ar_loss (`bool`, *optional*, defaults to `True`):
             Whether prompt tokens also get next-token loss, as in the reference.
         stop_after_steps (`int` or `None`, *optional*, defaults to `None`):

@@ -71,7 +71,7 @@ def consistency_loss(
         logits: [B, L, V].
         teacher_index: [B, L]; at a student (noisy) token, the index of its teacher (clean) token, else NO_TEACHER.
         block_ids: [B, L], block number of each token (NO_BLOCK outside blocks); says how many blocks each row packed.
-        normalization: "blocks" (the paper's): the mean over each block's student tokens, summed over blocks and
+        normalization: "blocks": the mean over each block's student tokens, summed over blocks and
             divided by the number of blocks, converged ones included; "tokens": summed over student tokens and divided
             by their number.
         num_items: that number of blocks or tokens over the whole accumulated batch; None counts this batch's.
