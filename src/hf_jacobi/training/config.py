@@ -38,8 +38,8 @@ class JacobiForcingConfig(SFTConfig):
             more forward (without gradient) per micro-batch, and for full fine-tuning a second copy of the weights.
         consistency_normalization (`str`, *optional*, defaults to `"blocks"`):
             "blocks": average over each block's noisy tokens, then over blocks; "tokens": average over all noisy
-            tokens. Neither is the reference code's, which averages over the noisy tokens and divides by the number of
-            blocks again.
+            tokens. Neither is the reference code's, which averages over the noisy tokens, then divides by the number of
+            blocks.
         prompt_ar_loss (`bool`, *optional*, defaults to `True`):
             Whether prompt tokens also get next-token loss, as in the reference.
         stop_after_steps (`int` or `None`, *optional*, defaults to `None`):
