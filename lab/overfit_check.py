@@ -29,6 +29,7 @@ from hf_jacobi import (
     JacobiForcingTrainer,
     collect_trajectories,
     load_default_model,
+    load_model,
     load_prompts,
     load_trajectories,
     probe_acceptance,
@@ -120,10 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     prompts = load_prompts("packages", split="train", limit=args.prompts)
     rows = with_drafts(model, tokenizer, prompts, args.output_dir / "trajectories", args.drafts, args)
     report: dict = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
-    report["before"] = {"probe": probe_acceptance(model, rows).to_dict(),
-                        "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
+    before = args.output_dir / "before.json"  # the untrained model's figures, kept for a resumed run
+    if not before.is_file():
+        figures = {"probe": probe_acceptance(model, rows).to_dict(),
+                   "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
+        before.write_text(json.dumps(figures), encoding="utf-8")
+    report["before"] = json.loads(before.read_text(encoding="utf-8"))
     report["train_seconds_this_call"] = train(model, tokenizer, rows, args.output_dir / "run", args)
-    model.eval()
+    # the trained weights, loaded afresh in float32: the trainer leaves its CPU autocast wrapped around the model's
+    # forward, and the figures below must be float32's, where Jacobi decoding is exact
+    model, tokenizer = load_model(str(args.output_dir / "run" / "final"))
     report["after"] = {"probe": probe_acceptance(model, rows).to_dict(),
                        "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
     own = collect_trajectories(model, tokenizer, prompts, args.output_dir / "own", block_size=args.block_size,
