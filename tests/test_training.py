@@ -18,6 +18,7 @@ from hf_jacobi import (
     JacobiForcingConfig,
     JacobiForcingTrainer,
     collect_trajectories,
+    enable_jacobi,
     load_trajectories,
 )
 from hf_jacobi.data import collection
@@ -564,3 +565,19 @@ def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
             processing_class=tiny_tokenizer(),
         )
     assert 0 < len(trainer.train_dataset) < 4 and "are skipped" in caplog.text
+
+
+def test_a_model_trained_under_cpu_autocast_decodes_in_its_own_dtype_right_after(tmp_path, trajectories):
+    """accelerate wraps the forward in bfloat16 autocast for training and leaves it on; the trainer takes it off, so
+    the trained model decodes in float32 right away, and Jacobi decoding is greedy's there."""
+    model = fresh_tiny_model("llama")
+    args = config(tmp_path, bf16=True, max_steps=2)
+    JacobiForcingTrainer(model, args=args, train_dataset=trajectories, processing_class=tiny_tokenizer()).train()
+    assert "_original_forward" not in vars(model)
+    ids = torch.tensor([trajectories[0]["prompt_ids"]])
+    assert model(ids, use_cache=True).past_key_values.layers[0].keys.dtype == torch.float32  # bfloat16 under autocast
+    model = enable_jacobi(model)
+    greedy = model.generate(ids, max_new_tokens=10, do_sample=False)
+    jacobi = model.generate(ids, max_new_tokens=10, do_sample=False, decoding="jacobi", jacobi_block_size=4,
+                            jacobi_greedy_devices=[])  # fmt: skip
+    assert torch.equal(greedy, jacobi)

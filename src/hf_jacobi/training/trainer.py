@@ -123,6 +123,18 @@ class JacobiForcingTrainer(SFTTrainer):
         cast = cached_cast_dtype(args, sharded=self.is_deepspeed_enabled or self.is_fsdp_enabled)
         self._frozen_casts = FrozenWeightCasts.for_models([self.model, self._frozen_base], cast)
 
+    def train(self, *args: Any, **kwargs: Any):
+        """Trainer's training; then the model's forward is its own again. Under mixed precision accelerate wraps the
+        forward in its autocast for training and leaves the wrapper on: decoding the trained model right after (with
+        `generate`, the probe, a collection of its own trajectories) would run in the training's half precision, and
+        on a cache in the model's own dtype fail."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            for module in {id(m): m for m in (self.model, self.accelerator.unwrap_model(self.model))}.values():
+                if "_original_forward" in vars(module):
+                    module.forward = vars(module).pop("_original_forward")
+
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Trainer's evaluation (the losses on the eval trajectories), then the acceptance probe on the first
         `eval_probe_trajectories` of them, logged as `{metric_key_prefix}_probe/...`: what the losses are meant to
