@@ -587,3 +587,33 @@ def test_demo_in_bfloat16_counts_identical_answers_and_explains_instead_of_faili
     out = capsys.readouterr().out
     assert code == 0 and "dtype: bfloat16" in out
     assert "all outputs identical to bfloat16 greedy: " in out and "in float32 every answer is greedy's" in out
+
+
+def test_demo_counts_each_call_at_its_fastest_round(tiny_checkpoint: Path, monkeypatch, capsys) -> None:
+    """A slow spell of the machine only adds time: with `--rounds 3` each prompt's greedy and Jacobi call is counted
+    at its fastest round, so a spell that hits one round does not reach the wall time; the rows come from one round."""
+    from hf_jacobi.cli import demo
+
+    slow_calls = {2, 5}  # the 3rd and 6th timed calls: round 1's greedy of prompt 2, round 2's Jacobi of prompt 1
+    calls = []
+    real_decode = common.LoadedModel.decode
+
+    def decode(self, inputs, max_new_tokens, settings=None, **kwargs):
+        result = real_decode(self, inputs, max_new_tokens, settings, **kwargs)
+        calls.append(settings is None)
+        timed = len(calls) - 3  # the untimed warm-up's two calls come first
+        result.seconds = 9.0 if timed in slow_calls else (1.0 if settings is None else 0.5)
+        return result
+
+    monkeypatch.setattr(common.LoadedModel, "decode", decode)
+    args = ["demo", "--model", str(tiny_checkpoint), "--prompts", "2", "--max-new-tokens", "6", "--dtype", "float32"]
+    assert cli.main([*args, "--rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert len(calls) == 2 + 2 * 2 * 3 and len(_table_rows(out)) == 2
+    assert "each call's fastest of 3 round(s)" in out
+    assert "Jacobi 2.00x faster than greedy" in out  # 2 x 1.0 s against 2 x 0.5 s: the 9 s calls left out
+    calls.clear()
+    assert cli.main([*args, "--rounds", "1"]) == 0
+    assert "Jacobi 2.00x faster" not in capsys.readouterr().out  # one round: the slow calls count
+    with pytest.raises(SystemExit):
+        cli.main([*args, "--rounds", "0"])
