@@ -592,7 +592,6 @@ def test_demo_in_bfloat16_counts_identical_answers_and_explains_instead_of_faili
 def test_demo_counts_each_call_at_its_fastest_round(tiny_checkpoint: Path, monkeypatch, capsys) -> None:
     """A slow spell of the machine only adds time: with `--rounds 3` each prompt's greedy and Jacobi call is counted
     at its fastest round, so a spell that hits one round does not reach the wall time; the rows come from one round."""
-    from hf_jacobi.cli import demo
 
     slow_calls = {2, 5}  # the 3rd and 6th timed calls: round 1's greedy of prompt 2, round 2's Jacobi of prompt 1
     calls = []
