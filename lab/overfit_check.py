@@ -10,7 +10,7 @@ the same prompts says so. tests/test_overfit.py is the same check on a tiny mode
 Every step resumes from what its folder holds (collection by prompt, training from its last checkpoint), so a run cut
 short is started again with the same command. Over the public API only:
 
-    python lab/overfit_check.py --output-dir runs/overfit --json docs/results/overfit-check/overfit.json
+    python lab/overfit_check.py --output-dir runs/overfit --json docs/results/probe/overfit.json
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         before.write_text(json.dumps(figures), encoding="utf-8")
     report["before"] = json.loads(before.read_text(encoding="utf-8"))
     report["train_seconds_this_call"] = train(model, tokenizer, rows, args.output_dir / "run", args)
-    # the trained weights, loaded afresh in float32: the trainer leaves its CPU autocast wrapped around the model's
-    # forward, and the figures below must be float32's, where Jacobi decoding is exact
+    # the trained weights as saved, loaded afresh in float32: the figures below are float32's, where Jacobi decoding
+    # is exact, and they are those of the model a user would load from the folder
     model, tokenizer = load_model(str(args.output_dir / "run" / "final"))
     report["after"] = {"probe": probe_acceptance(model, rows).to_dict(),
                        "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
