@@ -1,4 +1,4 @@
-"""The CPU campaign's judged rows and scaling curve (recipes/smollm2-135m/campaign/judging.py and scaling.py), from
+"""The CPU campaign's judged rows and scaling curve (lab/campaigns/campaign/judging.py and scaling.py), from
 hand-made judge outputs: the HumanEval evaluation joins its run's row, and the curve marks what meets its target."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
+RECIPE = Path(__file__).resolve().parents[1] / "lab" / "campaigns"
 sys.path.insert(0, str(RECIPE))
 
 from campaign import judging, scaling  # noqa: E402

@@ -1,4 +1,4 @@
-"""The CPU campaign (recipes/smollm2-135m/cpu_campaign.py) rehearsed on a tiny random model: collection that stops
+"""The CPU campaign (lab/campaigns/cpu_campaign.py) rehearsed on a tiny random model: collection that stops
 and resumes in logged steps, training stopped at a deadline and resumed on a fresh machine from the committed
 checkpoint alone, and judging beside the base."""
 
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
+RECIPE = Path(__file__).resolve().parents[1] / "lab" / "campaigns"
 sys.path.insert(0, str(RECIPE))
 
 from campaign.prompts import PROMPT_SCHEMA  # noqa: E402

@@ -1,4 +1,4 @@
-"""The GPU campaign (recipes/smollm2-135m/gpu_campaign.py) rehearsed on the CPU: every stage on a tiny random model,
+"""The GPU campaign (lab/campaigns/gpu_campaign.py) rehearsed on the CPU: every stage on a tiny random model,
 the files it returns, resuming from them, and the pieces a GPU window relies on (the budget's deadlines, the
 disjointness check, the SVD approximation of a full-parameter run, what one device call can bring back)."""
 
@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smollm2-135m"
+RECIPE = Path(__file__).resolve().parents[1] / "lab" / "campaigns"
 sys.path.insert(0, str(RECIPE))
 
 from campaign import bundle, judging  # noqa: E402

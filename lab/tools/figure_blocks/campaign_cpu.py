@@ -1,5 +1,5 @@
 """The CPU campaign (issue 62): its collection rate, the padding of its training batches, and the scaling curve of
-its judged runs (what `recipes/smollm2-135m/cpu_campaign.py` writes to docs/results/campaign-cpu/)."""
+its judged runs (what `lab/campaigns/cpu_campaign.py` writes to docs/results/campaign-cpu/)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 PEFT's `PeftModel.disable_adapter()` walks every module of the model on the way in and out and resets
 `requires_grad` on every adapter weight. Per micro-batch that walk cost more than the base forward it wraps (measured
-on a GPU: recipes/smollm2-135m/gpu_sweep.py). The anchor's base forward runs under `torch.no_grad()`, so only the layers' switch
+on a GPU: lab/campaigns/gpu_sweep.py). The anchor's base forward runs under `torch.no_grad()`, so only the layers' switch
 matters: the adapter layers are found once, and their flag is flipped and restored.
 """
 

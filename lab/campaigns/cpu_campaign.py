@@ -6,10 +6,10 @@ takes many hours, across sessions and machines. So every stage here resumes from
 clone needs lives in the committed folder `data/campaign-cpu/` (prompt set, trajectory shards, progress log), never
 in an ignored one:
 
-    python recipes/smollm2-135m/cpu_campaign.py collect            # resumes; stop it any time (a kill loses a batch)
-    python recipes/smollm2-135m/cpu_campaign.py status             # what is collected, trained and judged
-    python recipes/smollm2-135m/cpu_campaign.py train --variant lora-r16 --trajectories 2000 [--minutes 150]
-    python recipes/smollm2-135m/cpu_campaign.py judge --run lora-r16-n2000     # hf-jacobi quality, beside the base
+    python lab/campaigns/cpu_campaign.py collect            # resumes; stop it any time (a kill loses a batch)
+    python lab/campaigns/cpu_campaign.py status             # what is collected, trained and judged
+    python lab/campaigns/cpu_campaign.py train --variant lora-r16 --trajectories 2000 [--minutes 150]
+    python lab/campaigns/cpu_campaign.py judge --run lora-r16-n2000     # hf-jacobi quality, beside the base
 
 Training resumes from the newest checkpoint of its run folder (`runs/cpu-campaign/<variant>-n<N>`, ignored), saved
 every 20 minutes and at the deadline; `--minutes` stops it and copies the newest checkpoint into the committed
@@ -95,7 +95,7 @@ RESUME_FLAGS = [
 class Layout:
     """Where the campaign keeps what (the committed data folder, the ignored run folder) and which model it trains."""
 
-    data: Path = ROOT / "data" / "campaign-cpu"
+    data: Path = ROOT.parents[1] / "recipes" / "smollm2-135m" / "data" / "campaign-cpu"
     runs: Path = ROOT.parents[1] / "runs" / "cpu-campaign"
     results: Path = ROOT.parents[1] / "docs" / "results" / "campaign-cpu"
     """Where the scaling curve (`scaling.json`, `.md`, `.png`) goes: the figures the docs render."""
@@ -191,7 +191,7 @@ def ordered_train_prompts(layout: Layout, tokenizer):
     import pyarrow.parquet as pq
     from campaign.prompts import PromptSet
 
-    from hf_jacobi.data.prompts import encode_prompts
+    from hf_jacobi import encode_prompts
 
     prompt_set = PromptSet.read(layout.prompts)
     train = prompt_set.dataset("train")
@@ -249,8 +249,7 @@ def _collect(args: argparse.Namespace) -> int:
     layout = args.layout
     import torch
 
-    from hf_jacobi.data.collection import collect_trajectories
-    from hf_jacobi.loading import load_model
+    from hf_jacobi import collect_trajectories, load_model
 
     dtype = resolve_dtype(args.dtype)
     folder = layout.trajectory_folder(dtype)

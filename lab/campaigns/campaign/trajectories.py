@@ -23,9 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from hf_jacobi import collect_trajectories, encode_prompts, load_trajectories
 from hf_jacobi.data.block_iterations import block_trajectories
-from hf_jacobi.data.collection import collect_trajectories, load_trajectories
-from hf_jacobi.data.prompts import encode_prompts
 from hf_jacobi.data.shards import SCHEMA, SETTINGS_FILE, list_shards, shard_path, write_shard
 from hf_jacobi.loading import eos_token_ids
 

@@ -21,7 +21,7 @@ from typing import Any
 
 QUALITY_SETS = ("requests", "code-tasks")
 TINY_QUALITY = ["--num-prompts", "2", "--num-speed-prompts", "2", "--max-new-tokens", "16", "--batch-size", "4"]
-MAKEFILE = Path(__file__).resolve().parents[1] / "Makefile"
+MAKEFILE = Path(__file__).resolve().parents[3] / "recipes" / "smollm2-135m" / "Makefile"
 
 
 def make_variable(name: str, makefile: Path = MAKEFILE) -> list[str]:

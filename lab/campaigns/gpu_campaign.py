@@ -13,9 +13,9 @@ LoRA r64, full-parameter, side by side, each stopped at the deadline); 4. judgin
 set + `requests` + `code-tasks`, tokens per forward, Wilson intervals); 5. bundle (the winner in bfloat16, or the SVD of
 a full run's delta, with its log).
 
-    python recipes/smollm2-135m/gpu_campaign.py --output-dir $OUT                     # on the GPU machine
-    python recipes/smollm2-135m/gpu_campaign.py --output-dir runs/gpu-campaign --tiny # every stage on a CPU
-    python recipes/smollm2-135m/gpu_campaign.py --output-dir $OUT --resume-from DIR   # after a window cut short
+    python lab/campaigns/gpu_campaign.py --output-dir $OUT                     # on the GPU machine
+    python lab/campaigns/gpu_campaign.py --output-dir runs/gpu-campaign --tiny # every stage on a CPU
+    python lab/campaigns/gpu_campaign.py --output-dir $OUT --resume-from DIR   # after a window cut short
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-RECIPE = Path(__file__).resolve().parents[1] / "jacobi_forcing" / "train_campaign.yaml"
+RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "smollm2-135m" / "jacobi_forcing" / "train_campaign.yaml"
 
 VARIANTS: dict[str, list[str]] = {
     # the shipped adapter's settings: LoRA r16 on the seven projections, lr 2e-4, KL anchor x10

@@ -5,8 +5,8 @@ judging must run in one command under one clock. A 135M model at batch 1 leaves 
 variants train side by side (one process each) instead of one after another; each is stopped at its deadline and
 judged on its newest weights (final, or the last checkpoint) so a slow run still yields an answer.
 
-    python recipes/smollm2-135m/gpu_sweep.py --output-dir runs/gpu-sweep            # on the GPU machine
-    python recipes/smollm2-135m/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, ~2 min
+    python lab/campaigns/gpu_sweep.py --output-dir runs/gpu-sweep            # on the GPU machine
+    python lab/campaigns/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, ~2 min
 
 Measured (2026-11-26, one H200): a first try, three variants at once, ran at 1.85 s per optimizer step each, most of
 it PEFT's adapter switch for the KL anchor's base forward (replaced since by training/adapter_switch.py) and died at its
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from campaign.runner import cli, wait_all  # beside this script: the campaign's process helpers
 
-RECIPE = Path(__file__).parent / "jacobi_forcing" / "train_base_scale.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "smollm2-135m" / "jacobi_forcing" / "train_base_scale.yaml"
 
 # name -> flags over the recipe. The recipe itself is the anchored one (KL x3, lr 2e-4); two trade anchor for
 # acceptance and one holds the base harder, so the front shows what the anchor costs on both sides.
@@ -79,7 +79,7 @@ def main() -> int:
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     # Converting the embedded GGUF once, before several processes would race to write the same cache.
-    subprocess.run([sys.executable, "-c", "from hf_jacobi.loading import load_model; load_model()"], check=True)
+    subprocess.run([sys.executable, "-c", "from hf_jacobi import load_model; load_model()"], check=True)
 
     runs = {name: out / name for name in args.variants}
     tiny_train = [*TINY_TRAIN, "--use_cpu", "true"] if args.tiny else []

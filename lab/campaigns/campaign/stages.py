@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hf_jacobi.loading import load_model
+from hf_jacobi import load_model
 
 from . import judging, training
 from .budget import Budget, Manifest, StageTimer

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 import yaml
 
+from hf_jacobi import JacobiForcingCollator
 from hf_jacobi.cli.train import TrainScriptArguments
-from hf_jacobi.training.collator import JacobiForcingCollator
 from hf_jacobi.training.dataset import training_datasets
 from hf_jacobi.training.sampling import LengthGroupedEpochSampler
 
@@ -42,7 +42,7 @@ def padding_report(
     )
     anchors = script.load_anchor_texts(settings["base_kl_weight"])
     if anchors is not None:
-        from hf_jacobi.data.anchor_texts import encode_anchor_texts
+        from hf_jacobi import encode_anchor_texts
 
         anchors = encode_anchor_texts(anchors, tokenizer, settings["max_length"])
     collator = JacobiForcingCollator(pad_token_id=0, max_length=settings["max_length"])
