@@ -110,7 +110,6 @@ NOT_YET_PUBLIC = {
         "hf_jacobi.data.magpie.evaluation_texts",
     },
     "lab/campaigns/campaign/scaling.py": {"hf_jacobi.figures.save_figure"},
-    "lab/campaigns/campaign/training.py": {"hf_jacobi.cli.train", "hf_jacobi.cli.train.run_train"},
     "lab/campaigns/campaign/trajectories.py": {
         "hf_jacobi.data.block_iterations.block_trajectories",
         "hf_jacobi.data.shards.SCHEMA",

@@ -517,6 +517,39 @@ def test_stop_after_steps_ends_a_run_inside_its_schedule_and_a_resume_past_it_tr
         trainer.train(resume_from_checkpoint=str(out / "checkpoint-2"))
 
 
+def test_stop_after_seconds_and_save_every_seconds_follow_the_clock(tmp_path, trajectories, monkeypatch):
+    """A job with a time limit: with 10 s a step (a fake clock), `stop_after_seconds=25` ends the 8-step run after step
+    3, the first to end past 25 s, and saves there; `save_every_seconds=15` saved at step 2, the first step ending 15 s
+    after the start, and counts again from that save (so not at step 3 for itself)."""
+    from transformers import TrainerCallback
+
+    from hf_jacobi.training import stopping
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(stopping.time, "monotonic", lambda: clock["now"])
+
+    class TenSecondSteps(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock["now"] += 10.0
+
+    out = tmp_path / "out"
+    trainer = JacobiForcingTrainer(
+        fresh_tiny_model("llama"),
+        args=config(
+            out, max_steps=8, save_strategy="steps", save_steps=1000, stop_after_seconds=25, save_every_seconds=15
+        ),
+        train_dataset=trajectories,
+        processing_class=tiny_tokenizer(),
+        callbacks=[TenSecondSteps()],
+    )
+    trainer.train()
+    assert trainer.state.global_step == 3 and trainer.state.max_steps == 8
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    for name, bad in (("stop_after_seconds", -1), ("save_every_seconds", 0.5), ("stop_after_seconds", True)):
+        with pytest.raises(ValueError, match=rf"{name} must be a number of seconds >= .* or None \(off\), got {bad}"):
+            config(tmp_path, **{name: bad})
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a bfloat16 accelerator gets")
 def test_bf16_left_unset_trains_in_float32_on_a_machine_without_a_bfloat16_accelerator(tmp_path):
     """TRL's default (bf16 unless fp16) made a first `hf-jacobi train` on a laptop fail in TrainingArguments."""

@@ -2,24 +2,20 @@
 
 Each variant is `hf-jacobi train` on the campaign's trajectories with `jacobi_forcing/train_campaign.yaml` and its own
 flags, run in a process of its own (as gpu_sweep.py does: a 135M model leaves a GPU mostly idle, so three runs share
-it). The deadline is a trainer callback (`DeadlineStop`) that ends training after the step in which the deadline
-passes and saves there, so every run is judged on weights of its last step; a run that overstays its deadline by
-`grace` seconds is killed and judged on its newest checkpoint. `hf-jacobi train` has no such option, so the worker
-runs its `run_train` with the trainer class wrapped (`deadline_trainer`).
+it). The deadline is `hf-jacobi train --stop_after_seconds`, which ends training after the step in which it passes
+and saves there, so every run is judged on weights of its last step; a run that overstays its deadline by `grace`
+seconds is killed and judged on its newest checkpoint.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from transformers import TrainerCallback
 
 RECIPE = Path(__file__).resolve().parents[3] / "recipes" / "smollm2-135m" / "jacobi_forcing" / "train_campaign.yaml"
 
@@ -55,68 +51,17 @@ GPU_FLAGS: list[str] = []
 runs in bfloat16) and has never run there."""
 
 
-class DeadlineStop(TrainerCallback):
-    """Ends training after the optimizer step during which wall-clock time `deadline` (epoch seconds) passed, and
-    saves a checkpoint there; records where it stopped in `stopped_at`."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.stopped_at: int | None = None
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if time.time() >= self.deadline:
-            control.should_training_stop = True
-            control.should_save = args.save_strategy != "no"
-            self.stopped_at = state.global_step
-        return control
-
-
-class PeriodicSave(TrainerCallback):
-    """Saves a checkpoint after the first step that ends `every` seconds or more after the last save (or the start):
-    a run that spans sittings loses at most that much when it is killed, whatever its step time."""
-
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self.last = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if time.monotonic() - self.last >= self.every:
-            control.should_save = True
-        return control
-
-    def on_save(self, args, state, control, **kwargs):
-        self.last = time.monotonic()
-        return control
-
-
-@contextlib.contextmanager
-def deadline_trainer(deadline: float, save_every: float | None = None) -> Iterator[None]:
-    """While open, `hf-jacobi train` (`hf_jacobi.cli.train.run_train`) builds its trainer with a `DeadlineStop` (and a
-    `PeriodicSave` every `save_every` seconds, when given)."""
-    from hf_jacobi.cli import train as train_cli
-
-    original = train_cli.JacobiForcingTrainer
-    extra = [DeadlineStop(deadline)] + ([PeriodicSave(save_every)] if save_every else [])
-
-    class DeadlineTrainer(original):
-        def __init__(self, *args: Any, callbacks=None, **kwargs: Any) -> None:
-            super().__init__(*args, callbacks=[*(callbacks or []), *extra], **kwargs)
-
-    train_cli.JacobiForcingTrainer = DeadlineTrainer
-    try:
-        yield
-    finally:
-        train_cli.JacobiForcingTrainer = original
-
-
 def run_variant(argv: list[str], deadline: float, save_every: float | None = None) -> int:
     """`hf-jacobi train ARGV` stopped at `deadline` (epoch seconds), saving every `save_every` seconds when given:
-    what a worker process runs."""
-    from hf_jacobi.cli.train import run_train
+    what a worker process runs. The trainer's clock (`--stop_after_seconds`) starts when training does, so loading
+    the model and data runs past the deadline by that long; the stage's grace covers it."""
+    from hf_jacobi.cli import main
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with deadline_trainer(deadline, save_every):
-        return run_train(argv)
+    clock = ["--stop_after_seconds", f"{max(0.0, deadline - time.time()):.0f}"]
+    if save_every:
+        clock += ["--save_every_seconds", f"{save_every:g}"]
+    return main(["train", *argv, *clock])
 
 
 CLEAN = "-clean"

@@ -47,6 +47,14 @@ class JacobiForcingConfig(SFTConfig):
             the one planned for the whole run (`num_train_epochs` / `max_steps`): a checkpoint taken part-way through
             a long schedule is reproduced without training the rest. `hf-jacobi train` resumed at or past it trains
             nothing; `train()` refuses such a resume.
+        stop_after_seconds (`float` or `None`, *optional*, defaults to `None`):
+            End the run after the optimizer step during which this many seconds of `train()` have passed, saving a
+            checkpoint there; the schedule stays the whole run's, so a job with a time limit stops in time and the
+            next one resumes from that checkpoint (`resume_from_checkpoint`) as if never stopped. 0 stops after the
+            first step.
+        save_every_seconds (`float` or `None`, *optional*, defaults to `None`):
+            Also save a checkpoint after the first step that ends this many seconds after the last save, so a run
+            that is killed loses at most that much work whatever its step time (`save_steps` bounds it in steps).
         drop_looping_trajectories (`bool`, *optional*, defaults to `False`):
             Leave out of training the trajectories whose answer ends in a loop (`hf_jacobi.measurement.collapsed`,
             the test `hf-jacobi quality` counts loops by). A loop is the cheapest text to accept many tokens of at
@@ -87,6 +95,14 @@ class JacobiForcingConfig(SFTConfig):
     stop_after_steps: int | None = field(
         default=None,
         metadata={"help": "End the run after this optimizer step; the schedule stays the whole run's."},
+    )
+    stop_after_seconds: float | None = field(
+        default=None,
+        metadata={"help": "End the run after the step during which this many seconds passed; saves a checkpoint."},
+    )
+    save_every_seconds: float | None = field(
+        default=None,
+        metadata={"help": "Also save a checkpoint whenever this many seconds passed since the last save."},
     )
     drop_looping_trajectories: bool = field(
         default=False,
@@ -139,6 +155,10 @@ class JacobiForcingConfig(SFTConfig):
         stop = self.stop_after_steps
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 1):
             raise ValueError(f"stop_after_steps must be an integer >= 1 or None (train the whole run), got {stop!r}.")
+        for name, least in (("stop_after_seconds", 0.0), ("save_every_seconds", 1.0)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < least):
+                raise ValueError(f"{name} must be a number of seconds >= {least:g} or None (off), got {value!r}.")
         probed = self.eval_probe_trajectories
         if isinstance(probed, bool) or not isinstance(probed, int) or probed < 0:
             raise ValueError(f"eval_probe_trajectories must be an integer >= 0 (0 turns it off), got {probed!r}.")

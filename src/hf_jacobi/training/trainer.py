@@ -36,7 +36,7 @@ from .masks import NoiseAwareMask
 from .probe import probe_acceptance
 from .run_record import base_model_name, recipe_markdown, training_record
 from .sampling import LENGTH_STRATEGIES, LengthGroupedEpochSampler
-from .stopping import StopAfterSteps
+from .stopping import clock_callbacks
 
 
 class JacobiForcingTrainer(SFTTrainer):
@@ -100,8 +100,7 @@ class JacobiForcingTrainer(SFTTrainer):
             args.length_column_name if args.train_sampling_strategy in LENGTH_STRATEGIES else None,
             drop_looping=args.drop_looping_trajectories,
         )
-        if args.stop_after_steps is not None:
-            callbacks = [*(callbacks or []), StopAfterSteps(args.stop_after_steps)]
+        callbacks = [*(callbacks or []), *clock_callbacks(args)]
         super().__init__(
             model=model,
             args=args,
