@@ -81,6 +81,35 @@ def test_targets_compare_each_figure_with_the_base():
     assert checks["requests/distinct_3grams"] is False  # (8 x 62 + 4) / 620 = 0.81x of the base's 1.0
 
 
+def test_humaneval_answers_run_after_the_prompt_and_its_bars_are_loops_and_pass_at_1():
+    """HumanEval in the judge: a chat answer's code runs after the problem's stub (the whole function or only the
+    body), and the set's bars are a user's: loops at most 3 points above the base's, pass@1 at most one below."""
+    from hf_jacobi.bench.quality import DEFAULT_SETS, HUMANEVAL
+    from hf_jacobi.data.humaneval import load_humaneval
+
+    assert HUMANEVAL in DEFAULT_SETS
+    problems = load_humaneval(3)
+    whole = [f"```python\n{p.prompt}{p.canonical_solution}```" for p in problems]
+    body = [p.canonical_solution for p in problems]
+    wrong = [f"```python\ndef {p.entry_point}(*args):\n    return None\n```" for p in problems]
+    assert passed_code_tasks(problems, whole, workers=2) == [True, True, True]
+    assert passed_code_tasks(problems, body, workers=2) == [True, True, True]
+    assert passed_code_tasks(problems, wrong, workers=2) == [False, False, False]
+
+    def row(name: str, passed: int, loops: int) -> ModelQuality:
+        model = ModelQuality(name)
+        answers = [[7, 8, 9, 10] * 16] * loops + [varied(64, s) for s in range(0, 100 * (100 - loops), 100)]
+        model.quality[HUMANEVAL] = answer_quality(
+            answers, base_nll=9.0, passed=[True] * passed + [False] * (100 - passed)
+        )
+        return model
+
+    base = row("base", passed=20, loops=1)
+    assert targets_met(row("a", passed=19, loops=4), base) == {"humaneval/collapse": True, "humaneval/pass@1": True}
+    assert targets_met(row("b", passed=18, loops=1), base)["humaneval/pass@1"] is False  # two problems fewer
+    assert targets_met(row("c", passed=25, loops=5), base)["humaneval/collapse"] is False  # 5% against 1% + 3 points
+
+
 def tiny_protocol() -> QualityProtocol:
     prompts = [[5, 9, 14, 3], [8, 40, 41], [100, 101, 102]]
     return QualityProtocol(
@@ -144,6 +173,7 @@ def test_the_command_writes_its_files_and_reuses_an_earlier_base_of_the_same_pro
     assert [m["name"] for m in first["models"]] == ["base"] and first["protocol"]["prompts"] == {
         "requests": 2,
         "code-tasks": 2,
+        "humaneval": 2,
     }
     answers = json.loads((tmp_path / "first" / "answers.json").read_text())
     assert len(answers["base"]["code-tasks"]["tokens"]) == len(answers["base"]["code-tasks"]["texts"]) == 2
@@ -313,7 +343,7 @@ def test_the_command_decodes_jacobi_answers_reuses_them_and_merges_them(tmp_path
     label = "base · Jacobi (block 16, JacobiConfig defaults)"
     assert [m["name"] for m in results["models"]] == ["base", label]
     jacobi = results["models"][1]
-    assert jacobi["jacobi_of"] == "base" and set(jacobi["quality"]) == {"requests", "code-tasks"}
+    assert jacobi["jacobi_of"] == "base" and set(jacobi["quality"]) == {"requests", "code-tasks", "humaneval"}
     for figures in jacobi["quality"].values():
         assert figures["identical_to_own_greedy"] == figures["answers"] == 2
     assert all(results["targets_met"][label].values())

@@ -21,23 +21,33 @@ from .sandbox import run_programs
 from .tasks.humaneval import chat_completion_code
 
 if TYPE_CHECKING:
+    from ..data.humaneval import HumanEvalProblem
     from ..data.quality_sets import CodeTask
 
 CODE_TASKS = "code-tasks"
-DEFAULT_SETS = ("requests", CODE_TASKS)
+HUMANEVAL = "humaneval"
+DEFAULT_SETS = ("requests", CODE_TASKS, HUMANEVAL)
 """The held-out prompt sources a quality evaluation answers by default: plain chat requests and code tasks with
-tests (`hf_jacobi.data.quality_sets`)."""
+tests (`hf_jacobi.data.quality_sets`), and HumanEval's 164 problems asked as users ask them, a function's signature
+and docstring to complete in a chat turn: where a model is sold for code, a loop or a wrong function there is what a
+user meets first, and the two hand-written sets ask for code in plain words only."""
+EXECUTED_SETS = (CODE_TASKS, HUMANEVAL)
+"""The sets whose answers run in the sandbox against the task's tests."""
 
 
-def code_of(answer: str, task: CodeTask) -> str:
+def code_of(answer: str, task: CodeTask | HumanEvalProblem) -> str:
     """The program a chat answer offers for a task: its first fenced code block, else the whole answer."""
     return chat_completion_code(answer, task.entry_point)
 
 
 def passed_code_tasks(
-    tasks: Sequence[CodeTask], answers: Sequence[str], timeout_s: float = 10.0, workers: int | None = None
+    tasks: Sequence[CodeTask | HumanEvalProblem],
+    answers: Sequence[str],
+    timeout_s: float = 10.0,
+    workers: int | None = None,
 ) -> list[bool]:
-    """Whether each answer's code passes its task's tests, run in the sandbox (`bench.sandbox`)."""
+    """Whether each answer's code passes its task's tests, run in the sandbox (`bench.sandbox`): a code task's program
+    is the answer's code, a HumanEval problem's its prompt with the answer's code after it (`chat_completion_code`)."""
     if len(tasks) != len(answers):
         raise ValueError(f"need one answer per code task, got {len(tasks)} tasks and {len(answers)} answers")
     programs = [task.program(code_of(answer, task)) for task, answer in zip(tasks, answers, strict=True)]
