@@ -44,7 +44,7 @@ from figure_blocks import (  # noqa: E402, F401
     cpu_fast_path,
     gpu_bench,
     gpu_grade,
-    gpu_h200_1128,
+    gpu_graph_greedy,
     host_work_and_vllm,
     model_card,
     probe,

@@ -1,20 +1,20 @@
-"""The CPU campaign (issue 62): its collection rate, the padding of its training batches, and the scaling curve of
+"""The CPU campaign: its collection rate, the padding of its training batches, and the scaling curve of
 its judged runs (what `lab/campaigns/cpu_campaign.py` writes to docs/results/campaign-cpu/)."""
 
 from __future__ import annotations
 
-from .core import RESULTS, Page, bench_rows, block, load, markdown_table
+from .core import RESULTS, Page, bench_rows, block, labels, load, markdown_table, run_folder, run_machine
 
-EPYC = "2-core AMD EPYC, AVX-512 BF16, no AMX"
-XEON = "2-core Intel Xeon, AMX"
-COLLECTIONS = {
-    "2026-11-28, ece04e7+1": ("campaign-cpu/collection-methods-64.json", EPYC),
-    "2026-12-05, 3b095c3": ("campaign-cpu/collection-methods-64-3b095c3.json", EPYC),
-    "2026-12-05, 2c3d746": ("campaign-cpu/collection-methods-64-2c3d746.json", EPYC),
-    "2026-12-06, 72f827e": ("campaign-cpu/collection-methods-64-72f827e-amx.json", XEON),
-}
-"""The campaign's own measurement of both collection methods on the same 64 prompts, by date and code, and the
-machine it ran on (README beside them); 72f827e runs the parallel method of 2c3d746."""
+
+def _collections() -> list[tuple[str, str, str]]:
+    """The campaign's own measurements of both collection methods on the same 64 prompts, in the order labels.json
+    lists them: `(date, code)` (the date its file started on), its file, the machine it ran on (README beside them)."""
+    return [
+        (f"{load(c['file'])['started'][:10]}, {c['code']}", c["file"], c["machine"])
+        for c in labels()["campaign_collections"]
+    ]
+
+
 PADDING = "campaign-cpu/padding.json"
 PHASES = "campaign-cpu/collection-rate"
 """`lab/benchmarks/collection_rate.py` runs, named `<sample>-<commit>[-check]-<k>.json` (README beside them)."""
@@ -37,7 +37,7 @@ def campaign_collection_rate(page: Page) -> str:
         "| tokens/s |",
         "|---|---|---|---:|---:|---:|",
     ]
-    for date, (path, machine) in COLLECTIONS.items():
+    for date, path, machine in _collections():
         measured = load(path)["stages"]["trajectories"]["measured"]
         for method in ("sequential", "parallel"):
             row = measured[method]
@@ -45,7 +45,7 @@ def campaign_collection_rate(page: Page) -> str:
                 f"| {date} ({page.ref(path)}) | {machine} | {method} | {row['tokens']:,} | {row['seconds']:.0f} | "
                 f"{row['tokens_per_s']:.1f} |"
             )
-    newest = list(COLLECTIONS.values())[-1][0]
+    newest = _collections()[-1][1]
     check = load(newest)["stages"]["trajectories"]["float32_check"]
     par = check["parallel"]
     return "\n".join(lines) + (
@@ -155,7 +155,7 @@ def glance_loops_row(page: Page) -> str:
 @block("campaign-best-sentence")
 def campaign_best_sentence(page: Page) -> str:
     """The README's sentence on the campaign: its best point that meets every quality bar (most tokens per forward with
-    plain Jacobi on the `packages` prompts, shipped since 2026-12-06) beside the adapter shipped before it, and the
+    plain Jacobi on the `packages` prompts: the adapter that shipped) beside the adapter shipped before it, and the
     curve's variant over its sizes with its trend, so that a reader sees at once whether data is the lever and how
     far the targets are."""
     curve = load(f"{SCALING}.json")
@@ -185,10 +185,10 @@ def campaign_best_sentence(page: Page) -> str:
 
 
 SHIP_RUN = "lora-r16-kl30-n9999"
-SHIP = f"campaign-cpu/ship-{SHIP_RUN}"
+SHIP = run_folder("campaign-ship")
 """`make -f recipes/smollm2-135m/Makefile cpu-campaign-ship`: the candidate exported with the shipped Jacobi defaults,
-its quality by the package guard's protocol, and both adapters timed in one sitting (README beside them). The
-candidate ships since 2026-12-06 (`cpu-campaign-swap`); the folders named `shipped` hold the adapter it replaced."""
+its quality by the package guard's protocol, and both adapters timed in the same rounds (README beside them). The
+candidate ships since `cpu-campaign-swap`; the folders named `shipped` hold the adapter it replaced."""
 SHIP_DEFAULT = "Jacobi recycling n=8"
 """The shipped default (block 8 + pool 4) as the bench's explicit row: what a plain call runs on a CPU."""
 
@@ -202,8 +202,8 @@ def _ship_bench(dtype: str, weights: str) -> str:
 @block("campaign-ship")
 def campaign_ship(page: Page) -> str:
     """The campaign's best point against the adapter the package shipped then, at the shipped default, wall time in
-    both dtypes on the same held-out prompts in one sitting, and their answers by the quality guard's protocol: what
-    the choice to ship it rested on."""
+    both dtypes on the same held-out prompts in the same rounds, and their answers by the quality guard's protocol:
+    what the choice to ship it rested on."""
     lines = [
         "| adapter | dtype | tokens/forward | tok/s (median of 2 rounds) | vs greedy (`generate`) | vs compiled greedy "
         "| identical to greedy in its dtype | file |",
@@ -245,7 +245,7 @@ def campaign_ship_sentence(page: Page) -> str:
         f"shipped default (block 8 + pool 4) on 8 held-out code prompts in float32 "
         f"({f32['speedup_vs_best_ar']:.2f}x compiled greedy against {f32_shipped['speedup_vs_best_ar']:.2f}x) and "
         f"{bf16['tokens_per_s'] / bf16_shipped['tokens_per_s']:.2f}x in bfloat16 ({bf16['speedup_vs_best_ar']:.2f}x "
-        f"against {bf16_shipped['speedup_vs_best_ar']:.2f}x), on a 2-core Intel Xeon with AMX "
+        f"against {bf16_shipped['speedup_vs_best_ar']:.2f}x), on a {run_machine('campaign-ship')} "
         f"({page.ref(_ship_bench('float32', 'candidate'), 'bench.json')})"
     )
 
@@ -256,8 +256,8 @@ def glance_ship_row(page: Page) -> str:
     in float32 and a plain call in bfloat16 on a CPU with bfloat16 units)."""
     (f32, _), (bf16, _) = _ship_rows("float32"), _ship_rows("bfloat16")
     return (
-        f"| 2-core Intel Xeon with AMX, batch 1, 8 other held-out code prompts: the shipped default (block 8 + pool 4, "
-        f"dynamic cache) vs compiled greedy (static cache + `torch.compile`), float32 ({f32['identical']}/"
+        f"| {run_machine('campaign-ship')}, batch 1, 8 other held-out code prompts: the shipped default (block 8 + "
+        f"pool 4, dynamic cache) vs compiled greedy (static cache + `torch.compile`), float32 ({f32['identical']}/"
         f"{f32['samples']} identical) and bfloat16 ({bf16['identical']}/{bf16['samples']} identical to bfloat16 "
         f"greedy) | - | {f32['speedup_vs_best_ar']:.2f}x, {bf16['speedup_vs_best_ar']:.2f}x | "
         f"{page.ref(_ship_bench('float32', 'candidate'), 'bench.json')}, "

@@ -57,6 +57,33 @@ def load(path: str) -> Any:
     return json.loads((RESULTS / path).read_text(encoding="utf-8"))
 
 
+def labels() -> dict:
+    """docs/results/labels.json: what the results files do not say of themselves (the folder of each run, a machine
+    that no file of a run names, the code each measurement ran, when each adapter shipped)."""
+    return load("labels.json")
+
+
+def run_folder(run: str) -> str:
+    """The folder under docs/results/ that holds `run` (a key of labels.json's `runs`)."""
+    return labels()["runs"][run]["folder"]
+
+
+def run_machine(run: str) -> str:
+    """The machine of `run`, as labels.json names it where none of its files does."""
+    return labels()["runs"][run]["machine"]
+
+
+def shipped_when(adapter: str) -> str:
+    """When an adapter (its run name) was the package's, as labels.json says: `until <date>`, `<date> to <date>` or
+    `since <date>`."""
+    return labels()["shipped"][adapter]
+
+
+def gpu_model(device: str) -> str:
+    """The card's model in a device or machine description ("NVIDIA X (CUDA 13.0), torch ..." -> "X")."""
+    return device.removeprefix("NVIDIA ").split()[0]
+
+
 def markdown_table(path: str) -> str:
     """The first Markdown table of a file under docs/results/ (what `hf-jacobi bench` writes to bench.md)."""
     lines = (RESULTS / path).read_text(encoding="utf-8").splitlines()
@@ -135,8 +162,7 @@ def bold_if(label: str, text: str) -> str:
 
 
 # the shipped adapter and the rounds before it, each with the evaluation files that hold its held-out figures: the CPU
-# campaign's point (shipped since 2026-12-06), the GPU-trained fresh adapter (shipped 2026-11-26 to 2026-12-06), then
-# the CPU chain
+# campaign's point, the GPU-trained fresh adapter it replaced, then the CPU chain (when each shipped: `shipped_when`)
 SHIPPED = "lora-r16-kl30-n9999"
 PREVIOUS = "lora-r16-base-scale-kl10-step250"
 REPAIR = "lora-r16-base-targets-step100"

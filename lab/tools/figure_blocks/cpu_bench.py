@@ -1,5 +1,5 @@
 """The results page's CPU benches of the embedded model: each round's bench table, the shipped adapter's decoding
-paths, the tuner's roofline and predictions, and greedy's speed across the sittings."""
+paths, the tuner's roofline and predictions, and greedy's speed from one run of a bench to the next."""
 
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def bench_md_paths_heldout(page: Page) -> str:
 
 
 @block("bench-md-paths-second-sitting")
-def bench_md_paths_second_sitting(page: Page) -> str:
-    """`paths-heldout` again, on another machine of the CI's kind, with today's code."""
+def bench_md_paths_second_run(page: Page) -> str:
+    """`paths-heldout` run a second time, on another machine of the CI's kind, with newer code."""
     return _bench_paths(page, PATHS_SECOND)
 
 
@@ -202,8 +202,8 @@ def short_chain_verdict(page: Page) -> str:
 
 
 @block("paths-sittings")
-def paths_sittings(page: Page) -> str:
-    """What the two sittings of `paths-heldout` gave, and the first sitting's code timed in the second."""
+def paths_runs(page: Page) -> str:
+    """What the two runs of `paths-heldout` gave, and the first run's code timed in the second."""
 
     def figures(path: str) -> str:
         rows = bench_rows(path)
@@ -223,7 +223,7 @@ def paths_sittings(page: Page) -> str:
     )
 
 
-# every CPU bench of the embedded model: greedy's speed differs between sittings
+# every CPU bench of the embedded model: greedy's speed differs from one run to the next
 CPU_BENCHES = [
     "cpu-humaneval-chat.json",
     "cpu-humaneval-raw.json",

@@ -1,9 +1,12 @@
-"""The earlier GPU benches (`hf-jacobi bench` on an H100 and an H200, batch 1 and 8) and the forward-cost ratios
-of the CPU and the H100."""
+"""The earlier GPU benches (`hf-jacobi bench` on two kinds of GPU, batch 1 and 8) and the forward-cost ratios of the
+CPU and the first GPU (the runs `gpu-first` and `gpu-bench` of docs/results/labels.json)."""
 
 from __future__ import annotations
 
-from .core import Page, bench_rows, block, load, rng
+from .core import Page, bench_rows, block, load, rng, run_folder, run_machine
+
+BENCH = run_folder("gpu-bench")  # untrained and trained, batch 1 and 8
+FIRST = run_folder("gpu-first")  # the trained model at batch 8, the forward-cost curves
 
 
 def _gpu_rows(path: str, labels: dict[str, str], bold: str | None, batch_forwards: bool) -> list[str]:
@@ -44,8 +47,8 @@ GPU_LABELS = {
 }
 
 
-@block("gpu-h200-batch1")
-def gpu_h200_batch1(page: Page) -> str:
+@block("gpu-bench-batch1")
+def gpu_bench_batch1(page: Page) -> str:
     rows = [
         "| model, setting | tokens/forward | tok/s (range) | vs plain `generate` | vs static cache + compile (range) "
         "| identical |",
@@ -53,45 +56,46 @@ def gpu_h200_batch1(page: Page) -> str:
     ]
     for model, folder, bold in (("untrained", "untrained-b1", None), ("trained", "trained-b1", "Jacobi both n=16")):
         labels = {k: f"{model}, {v}" for k, v in GPU_LABELS.items() if k != "AR (generate)"}
-        rows += _gpu_rows(f"gpu-h200/{folder}/bench.json", labels, bold, batch_forwards=False)
+        rows += _gpu_rows(f"{BENCH}/{folder}/bench.json", labels, bold, batch_forwards=False)
     return "\n".join(rows) + (
-        f"\n\nFiles: {page.ref('gpu-h200/untrained-b1/bench.json', 'untrained')} (2 rounds), "
-        f"{page.ref('gpu-h200/trained-b1/bench.json', 'trained')} (3 rounds); notes in "
-        f"{page.ref('gpu-h200/README.md')}."
+        f"\n\nFiles: {page.ref(f'{BENCH}/untrained-b1/bench.json', 'untrained')} (2 rounds), "
+        f"{page.ref(f'{BENCH}/trained-b1/bench.json', 'trained')} (3 rounds); notes in "
+        f"{page.ref(f'{BENCH}/README.md')}."
     )
 
 
-@block("gpu-h100-batch8")
-def gpu_h100_batch8(page: Page) -> str:
+@block("gpu-first-batch8")
+def gpu_first_batch8(page: Page) -> str:
     rows = [
         "| setting | tokens/forward | batch forwards | tok/s (range) | vs plain `generate` "
         "| vs static cache + compile (range) | identical |",
         "|---|---:|---:|---:|---:|---:|:---:|",
     ]
-    path = "gpu-h100/bench-trained-batch8/bench.json"
+    path = f"{FIRST}/bench-trained-batch8/bench.json"
     rows += _gpu_rows(path, GPU_LABELS, "Jacobi both n=16", batch_forwards=True)
-    return "\n".join(rows) + f"\n\nFile: {page.ref(path)}; notes in {page.ref('gpu-h100/README.md')}."
+    return "\n".join(rows) + f"\n\nFile: {page.ref(path)}; notes in {page.ref(f'{FIRST}/README.md')}."
 
 
-@block("gpu-h200-batch8")
-def gpu_h200_batch8(page: Page) -> str:
-    u = bench_rows("gpu-h200/untrained-b8/bench.json")["Jacobi both n=16"]
-    t = bench_rows("gpu-h200/trained-b8/bench.json")["Jacobi both n=16"]
+@block("gpu-bench-batch8")
+def gpu_bench_batch8(page: Page) -> str:
+    u = bench_rows(f"{BENCH}/untrained-b8/bench.json")["Jacobi both n=16"]
+    t = bench_rows(f"{BENCH}/trained-b8/bench.json")["Jacobi both n=16"]
     return (
         f"the trained wide setting ran at {t['speedup_vs_ar']:.2f}x plain `generate` and "
         f"{t['speedup_vs_best_ar']:.2f}x compiled greedy ({rng(t['speedup_vs_best_ar_range'])} over the rounds), the "
         f"untrained one at {u['speedup_vs_ar']:.2f}x and {u['speedup_vs_best_ar']:.2f}x "
-        f"({page.ref('gpu-h200/trained-b8/bench.json', 'trained')}, "
-        f"{page.ref('gpu-h200/untrained-b8/bench.json', 'untrained')})"
+        f"({page.ref(f'{BENCH}/trained-b8/bench.json', 'trained')}, "
+        f"{page.ref(f'{BENCH}/untrained-b8/bench.json', 'untrained')})"
     )
 
 
 @block("forward-cost-ratios")
 def forward_cost_ratios(page: Page) -> str:
     cpu = {int(k): v for k, v in load("cpu-tune-embedded.json")["roofline_seconds"].items()}
-    gpu = {point["tokens"]: point["vs_one_token"] for point in load("gpu-h100/forward-cost.json")["float32-batch1"]}
+    curves = f"{FIRST}/forward-cost.json"
+    gpu = {point["tokens"]: point["vs_one_token"] for point in load(curves)["float32-batch1"]}
     return (
         f"on the 2-core CPU a 16-token forward costs {cpu[16] / cpu[1]:.2f}x a one-token one "
-        f"({page.ref('cpu-tune-embedded.json')}), on one H100 a 512-token one {gpu[512]:.2f}x "
-        f"({page.ref('gpu-h100/forward-cost.json')})"
+        f"({page.ref('cpu-tune-embedded.json')}), on one {run_machine('gpu-first')} a 512-token one {gpu[512]:.2f}x "
+        f"({page.ref(curves)})"
     )

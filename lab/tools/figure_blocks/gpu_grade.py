@@ -1,15 +1,15 @@
-"""The GPU-grade runs on one H200 (lab/benchmarks/bench_gpu.py and profile_step.py): decoding at each dtype and
-batch, host work, traces and forward-cost projections, for the adapter shipped 2026-11-26 to 2026-12-06 and the one
-it replaced."""
+"""The GPU-grade runs on one GPU (lab/benchmarks/bench_gpu.py and profile_step.py): decoding at each dtype and batch,
+host work, traces and forward-cost projections, for the adapter shipped before the CPU campaign's and the one it
+replaced."""
 
 from __future__ import annotations
 
 import statistics
 
-from .core import Page, block, load
+from .core import Page, block, gpu_model, load, run_folder
 
-GRADE = "gpu-h200-grade"  # the adapter the shipped one replaced, every dtype and batch (2026-11-26)
-SHIPPED_GRADE = "gpu-h200-shipped"  # the adapter shipped then: float32 batch 1, bfloat16 batch 8 (2026-11-27)
+GRADE = run_folder("gpu-grade")  # the adapter the one shipped then replaced, every dtype and batch
+SHIPPED_GRADE = run_folder("gpu-grade-shipped")  # the adapter shipped then: float32 batch 1, bfloat16 batch 8
 
 
 def grade_rows(dtype: str | None = None, batch: int | None = None, folder: str = GRADE) -> list[dict]:
@@ -124,10 +124,11 @@ def _host_bf16_b8() -> tuple[dict, dict]:
 def gpu_shipped_host_sentence(page: Page) -> str:
     host, bound = _host_bf16_b8()
     later = _trace_split("bfloat16", 8)
+    gpu = gpu_model(later["device_name"])
     return (
-        f"{later['host']:.1f} of a {later['ms']:.1f} ms batch-8 bfloat16 step on the H200, {host['host_ms_per_step']:.1f} "
-        f"of {host['ms_per_step']:.1f} on the lease before; the forward costs alone would give "
-        f"{bound['projected_speedup']:.2f}x"
+        f"{later['host']:.1f} of a {later['ms']:.1f} ms batch-8 bfloat16 step on the {gpu}, "
+        f"{host['host_ms_per_step']:.1f} of {host['ms_per_step']:.1f} on the lease before; the forward costs alone "
+        f"would give {bound['projected_speedup']:.2f}x"
     )
 
 
@@ -160,18 +161,21 @@ def gpu_tpf_settings(page: Page) -> str:
     )
 
 
-TRACE = "gpu-h200-trace"  # where a step's time goes on the device and the host (H200, 2026-11-27, session 23)
+TRACE = run_folder("gpu-trace")  # where a step's time goes on the device and the host
 
 
 def _trace_split(dtype: str, batch: int) -> dict:
-    """A traced entry's unprofiled split (profile_step --split): its own file's medians, or the transcribed split."""
+    """A traced entry's unprofiled split (profile_step --split): its own file's medians, or the transcribed split;
+    `device_name` is the card the entry was traced on."""
     record = load(f"{TRACE}/trace-{dtype}-b{batch}.json")
     if "split_rounds" in record:
         step = statistics.median(r["ms_per_step"] for r in record["split_rounds"])
-        return {"ms": step, "device": record["device_ms_per_step"], "host": record["host_ms_per_step"]}
-    split = load(f"{TRACE}/split-{dtype}-b{batch}.json")
-    device, host = split["device_ms_per_step"], split["host_ms_per_step"]
-    return {"ms": device + host, "device": device, "host": host}
+        split = {"ms": step, "device": record["device_ms_per_step"], "host": record["host_ms_per_step"]}
+    else:
+        transcribed = load(f"{TRACE}/split-{dtype}-b{batch}.json")
+        device, host = transcribed["device_ms_per_step"], transcribed["host_ms_per_step"]
+        split = {"ms": device + host, "device": device, "host": host}
+    return {**split, "device_name": record["device"]}
 
 
 @block("gpu-trace")
@@ -182,10 +186,11 @@ def gpu_trace(page: Page) -> str:
         "forward, Jacobi / greedy |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    files = []
+    files, devices = [], set()
     for dtype, batch in (("float32", 1), ("bfloat16", 1), ("bfloat16", 8)):
         name = f"trace-{dtype}-b{batch}.json"
         record, split = load(f"{TRACE}/{name}"), _trace_split(dtype, batch)
+        devices.add(split["device_name"])
         jacobi, greedy = record["trace"]["jacobi"], record["trace"]["greedy"]
         rows.append(
             f"| {dtype} | {batch} | {split['ms']:.2f} | {split['host']:.2f} | {jacobi['kernel_ms_per_forward']:.2f} | "
@@ -196,10 +201,10 @@ def gpu_trace(page: Page) -> str:
         )
         files.append(page.ref(f"{TRACE}/{name}", f"{dtype} batch {batch}"))
     return "\n".join(rows) + (
-        "\n\n`lab/benchmarks/profile_step.py --trace` (and `--split` for the step and its host work) on one NVIDIA H200, "
-        "the previous adapter, 2 blocks of 16 + recycling on the compiled static cache against greedy on the static "
-        'cache compiled in mode "reduce-overhead", the first `packages` test prompt(s), 128 tokens; per forward the '
-        "prefill included. Files: "
+        "\n\n`lab/benchmarks/profile_step.py --trace` (and `--split` for the step and its host work) on one "
+        f"{' and '.join(sorted(devices))}, the previous adapter, 2 blocks of 16 + recycling on the compiled static "
+        'cache against greedy on the static cache compiled in mode "reduce-overhead", the first `packages` test '
+        "prompt(s), 128 tokens; per forward the prefill included. Files: "
         + ", ".join(files)
         + f", {page.ref(f'{TRACE}/split-bfloat16-b8.json', 'the batch-8 split')}."
     )

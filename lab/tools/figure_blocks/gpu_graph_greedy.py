@@ -1,5 +1,5 @@
-"""The previous adapter against CUDA-graph greedy on one H200, 2026-11-28 (docs/results/gpu-h200-2026-11-28/): all four
-entries, bfloat16 and float32 at batch 1 and 8.
+"""The adapter shipped before against CUDA-graph greedy on one GPU (the run `gpu-graph-greedy` of
+docs/results/labels.json): all four entries, bfloat16 and float32 at batch 1 and 8.
 
 Two of the four bench.json files came back; every entry's log holds the table `hf-jacobi bench` printed, so an entry
 without its JSON is read from that table (the JSON, where it exists, is checked against its log's table)."""
@@ -11,9 +11,9 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .core import RESULTS, Page, block, load
+from .core import RESULTS, Page, block, gpu_model, load, run_folder
 
-RUN = "gpu-h200-2026-11-28"
+RUN = run_folder("gpu-graph-greedy")
 ENTRIES = (("bfloat16", 1), ("float32", 1), ("bfloat16", 8), ("float32", 8))
 GREEDY = "AR (static cache + compile)"
 BOTH = "Jacobi both n=16 (compiled static cache)"
@@ -158,8 +158,8 @@ def _cell(row: Row, bold: bool) -> str:
     return f"{speedup} ({row.tokens_per_forward:.2f})"
 
 
-@block("gpu-h200-1128-decode")
-def gpu_h200_1128_decode(page: Page) -> str:
+@block("gpu-graph-greedy-decode")
+def graph_greedy_decode(page: Page) -> str:
     lines = [
         "| dtype | batch | compiled greedy, CUDA graphs (tok/s) | 2 blocks of 16 + recycling: vs greedy (tokens/forward) "
         "| shipped default, block 8 + pool 4: vs greedy (tokens/forward) | shipped default: speedup / tokens per "
@@ -195,8 +195,8 @@ def gpu_h200_1128_decode(page: Page) -> str:
     )
 
 
-@block("gpu-h200-1128-sentence")
-def gpu_h200_1128_sentence(page: Page) -> str:
+@block("gpu-graph-greedy-sentence")
+def graph_greedy_sentence(page: Page) -> str:
     bf1, fp1, bf8, fp8 = (entry(d, b) for d, b in ENTRIES)
     said = "no CUDA graph captured in a timed call" if _timed_graphs() == 0 else "CUDA graphs captured in timed calls"
     return (
@@ -208,8 +208,8 @@ def gpu_h200_1128_sentence(page: Page) -> str:
     )
 
 
-@block("gpu-h200-1128-yield")
-def gpu_h200_1128_yield(page: Page) -> str:
+@block("gpu-graph-greedy-yield")
+def graph_greedy_yield(page: Page) -> str:
     """The share of its tokens per forward the shipped default turns into wall time, bfloat16 at batch 1."""
     return f"{entry('bfloat16', 1)[DEFAULT].per_token:.2f}"
 
@@ -217,8 +217,9 @@ def gpu_h200_1128_yield(page: Page) -> str:
 def glance_row(page: Page) -> str:
     """The README glance's GPU row: the newest measurement of the shipped default against CUDA-graph greedy, batch 1."""
     bf1, fp1 = entry("bfloat16", 1), entry("float32", 1)
+    gpu = gpu_model(load(f"{RUN}/environment.json")["device"])
     return (
-        f"| one H200, batch 1, 8 `packages` prompts: the shipped default (block 8 + pool 4) on the compiled static "
+        f"| one {gpu}, batch 1, 8 `packages` prompts: the shipped default (block 8 + pool 4) on the compiled static "
         f"cache vs CUDA-graph greedy, bfloat16 ({bf1[DEFAULT].identical}/{bf1[DEFAULT].samples} identical to "
         f"`generate`; compiled greedy: {bf1[GREEDY].identical}/{bf1[GREEDY].samples}) and float32 "
         f"({fp1[DEFAULT].identical}/{fp1[DEFAULT].samples}) | - | {bf1[DEFAULT].speedup:.2f}x, "

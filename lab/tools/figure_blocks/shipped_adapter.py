@@ -19,20 +19,22 @@ from .core import (
     evaluation,
     load,
     markdown_table,
+    run_folder,
+    shipped_when,
     trained,
 )
 from .cpu_fast_path import glance_row as cpu_fast_path_row
-from .gpu_h200_1128 import glance_row as gpu_glance_row
+from .gpu_graph_greedy import glance_row as gpu_glance_row
 
 QUALITY_FRONT = "quality-cpu/front"
 """The answer-quality study of every adapter (`hf-jacobi quality`, merged with --merge)."""
 SHIPPED_QUALITY = "lora-r16-kl30-n9999"
-"""The shipped adapter's name in that study (the CPU campaign's point, shipped since 2026-12-06)."""
+"""The shipped adapter's name in that study (the CPU campaign's point)."""
 PREVIOUS_QUALITY = "base-scale-kl10"
-"""The adapter it replaced (the GPU-trained fresh adapter, shipped 2026-11-26 to 2026-12-06), on which the GPU and
-AVX-512 BF16 wall times were measured."""
+"""The adapter it replaced (the GPU-trained fresh adapter), on which the GPU and AVX-512 BF16 wall times were
+measured."""
 REPAIR_QUALITY = "repair-100-steps"
-"""The adapter before that (the repair round's step 100, shipped until 2026-11-26)."""
+"""The adapter before that (the repair round's step 100)."""
 
 
 def quality_model(name: str) -> dict:
@@ -45,17 +47,20 @@ PACKAGES_ROWS = [  # (label, evaluation of the 16 `packages` test prompts at 64 
     ("full fine-tune instead of round 1 (not shipped)", "evaluate-full"),
     ("round 2, KL anchor", f"evaluate-{ROUND2}"),
     ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-{ROUND3}"),
-    ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-{ROUND4}"),
+    (f"round 4, on-policy, noise window 16 (shipped {shipped_when(ROUND4)})", f"evaluate-{ROUND4}"),
 ]
 HUMANEVAL_ROWS = [
     ("base SmolLM2-135M-Instruct", None),
     ("round 1 (LoRA r16)", "evaluate-humaneval"),
     ("round 2, KL anchor", f"evaluate-humaneval-{ROUND2}"),
     ("round 3, on-policy, KL anchor + anchor texts", f"evaluate-humaneval-{ROUND3}"),
-    ("round 4, on-policy, noise window 16 (shipped until 2026-11-26)", f"evaluate-humaneval-{ROUND4}"),
-    ("repair round: round 4 on the base's own answers (shipped until 2026-11-26)", f"evaluate-humaneval-{REPAIR}"),
+    (f"round 4, on-policy, noise window 16 (shipped {shipped_when(ROUND4)})", f"evaluate-humaneval-{ROUND4}"),
     (
-        "a fresh adapter on the base's own answers, KL x10 (shipped 2026-11-26 to 2026-12-06)",
+        f"repair round: round 4 on the base's own answers (shipped {shipped_when(REPAIR)})",
+        f"evaluate-humaneval-{REPAIR}",
+    ),
+    (
+        f"a fresh adapter on the base's own answers, KL x10 (shipped {shipped_when(PREVIOUS)})",
         f"evaluate-humaneval-{PREVIOUS}",
     ),
     (
@@ -120,9 +125,10 @@ def eval_128_tokens(page: Page) -> str:
         f"{r4[0].tpf('both', 2)} ({r4[0].counts('both')}) |",
         f"| round 3 | {r3[1].tpf('plain')} ({r3[1].counts('plain')}) | {r3[1].tpf('both', 2)} ({r3[1].counts('both')}) |",
         f"| round 4 | {r4[1].tpf('plain')} ({r4[1].counts('plain')}) | {r4[1].tpf('both', 2)} ({r4[1].counts('both')}) |",
-        f"| repair round (shipped until 2026-11-26) | {quality_speed(REPAIR_QUALITY, 'plain', 3)} | "
+        f"| repair round (shipped {shipped_when(REPAIR)}) | {quality_speed(REPAIR_QUALITY, 'plain', 3)} | "
         f"{quality_speed(REPAIR_QUALITY, 'both', 2)} |",
-        f"| fresh adapter, KL x10 (shipped 2026-11-26 to 2026-12-06) | {quality_speed(PREVIOUS_QUALITY, 'plain', 3)} | "
+        f"| fresh adapter, KL x10 (shipped {shipped_when(PREVIOUS)}) | "
+        f"{quality_speed(PREVIOUS_QUALITY, 'plain', 3)} | "
         f"{quality_speed(PREVIOUS_QUALITY, 'both', 2)} |",
         f"| **the CPU campaign's, KL x30 (shipped)** | **{quality_speed(SHIPPED_QUALITY, 'plain', 3)}** | "
         f"**{quality_speed(SHIPPED_QUALITY, 'both', 2)}** |",
@@ -224,12 +230,12 @@ def demo_counts(page: Page) -> str:
         )
     return "\n".join(rows) + (
         f"\n\nFile: {page.ref(f'{JF}/evaluate-bench-prompts-{SHIPPED}.json')} (the same prompts and setting, "
-        f"batched); the GPU demo's transcript: {page.ref('gpu-h100/demo-batch1.md')}."
+        f"batched); the GPU demo's transcript: {page.ref(run_folder('gpu-first') + '/demo-batch1.md')}."
     )
 
 
 TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluation of the 48 other held-out prompts)
-    ("shipped 2026-11-26 to 2026-12-06 (step 250)", PREVIOUS_QUALITY, "evaluate-heldout48-shipped"),
+    (f"shipped {shipped_when(PREVIOUS)} (step 250)", PREVIOUS_QUALITY, "evaluate-heldout48-shipped"),
     ("trained further, step 150", "base-scale-more-step150", "evaluate-heldout48-base-scale-more-step150"),
     ("trained further, step 300", "base-scale-more-step300", "evaluate-heldout48-base-scale-more-step300"),
     ("KL x7 anchor, step 250", "base-scale-kl7-step250", "evaluate-heldout48-base-scale-kl7-step250"),
@@ -239,8 +245,8 @@ TRAINED_FURTHER = [  # (label in the table, name in the quality study, evaluatio
 
 @block("trained-further")
 def trained_further(page: Page) -> str:
-    """The adapter shipped 2026-11-26 to 2026-12-06 against itself trained on and against weaker anchors: acceptance at the shipped default's
-    setting on prompts no other figure uses, beside every quality count of the study."""
+    """The adapter shipped before the CPU campaign's against itself trained on and against weaker anchors: acceptance
+    at the shipped default's setting on prompts no other figure uses, beside every quality count of the study."""
     rows = [
         "| adapter | block 8 + pool 4 tokens/forward, 48 other held-out prompts | their distinct 3-grams | base NLL of "
         "their answers | plain / 2 blocks + recycling tokens/forward (quality study) | loops: chat / code | "

@@ -16,6 +16,7 @@ from .core import (
     block,
     evaluation,
     heldout_curve,
+    shipped_when,
     trained,
 )
 
@@ -45,7 +46,7 @@ STUDY = {
     ),
     ROUND3: ("the same with 300 anchor texts (round 3)", "`train_onpolicy.yaml`"),
     ROUND4: (
-        "**fourth round on round 3's own trajectories, noise window 16 (round 4, shipped until 2026-11-26)**",
+        f"**fourth round on round 3's own trajectories, noise window 16 (round 4, shipped {shipped_when(ROUND4)})**",
         "`train_round4.yaml`",
     ),
 }
@@ -97,7 +98,7 @@ FULL_EVALS = [
     ("third round, 2,000 prompts, KL anchor", "lora-r16-round3-mixed-kl1"),
     ("the same, on-policy (round 2's trajectories)", "lora-r16-onpolicy-kl1"),
     ("the same with 300 anchor texts (round 3)", ROUND3),
-    ("**round 4, noise window 16 (shipped until 2026-11-26)**", ROUND4),
+    (f"**round 4, noise window 16 (shipped {shipped_when(ROUND4)})**", ROUND4),
 ]
 # round 1's HumanEval and bench-prompt evaluations were run while it shipped, under the package weights' name
 ROUND1_FILES = {
