@@ -1,7 +1,7 @@
 """Checking a re-run against the committed outputs it should reproduce, one stage of the recipe at a time.
 
 The shipped weights come out of a chain (trajectories -> training -> the next round's trajectories -> ...) that takes
-longer on a CPU than one working session. Every stage's input and output is committed, so each stage can be re-run on
+many hours on a CPU. Every stage's input and output is committed, so each stage can be re-run on
 its own from the committed input and checked here against the committed output: trajectory folders row by row,
 training logs step by step, adapters tensor by tensor, evaluation reports figure by figure. A stage that reproduces,
 fed by inputs that reproduce, makes the chain reproduce without running it in one go.

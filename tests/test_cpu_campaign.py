@@ -270,8 +270,8 @@ def test_a_machine_with_bfloat16_units_collects_and_trains_before_it_judges(monk
 
     script = _script()
     plan = script.plan_steps(9999, tiny=False)
-    assert script.sitting_order(plan, bfloat16_units=False) == plan
-    order = script.sitting_order(plan, bfloat16_units=True)
+    assert script.machine_order(plan, bfloat16_units=False) == plan
+    order = script.machine_order(plan, bfloat16_units=True)
     assert sorted(order) == sorted(plan) and order[0] == plan[0]
     stages = [stage for stage, _, _ in order]
     assert stages == sorted(stages, key=lambda stage: stage == "judge")  # every judge after every training

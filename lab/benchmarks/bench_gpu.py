@@ -21,7 +21,7 @@ Three phases, each writing into --output-dir (a phase can run on its own, e.g. a
 `--decode float32:1 bfloat16:8` keeps only those entries of the plan (decode and host phases), so that the plan can be
 split across device calls of a few minutes each. `--tiny` runs the same phases with a tiny random model on any machine
 in seconds (the test suite does).
-About 8 minutes on one H100/H200 for the full plan.
+About 8 minutes on one data-centre GPU for the full plan.
 """
 
 from __future__ import annotations
@@ -239,8 +239,8 @@ def decode_rows(out: Path, default: JacobiConfig) -> list[dict]:
         meta = record["meta"]
         best = max((r["tokens_per_s"] or 0 for r in record["summary"] if r["kind"] != "jacobi"), default=0)
         # A batch decodes until its slowest row is done, so above batch 1 the forwards saved are greedy's batch
-        # forwards over the setting's, not the mean tokens per forward of its rows (4.50 per row is 2.02x fewer
-        # batch forwards at batch 8 on the H200 run); at batch 1 the two agree.
+        # forwards over the setting's, not the mean tokens per forward of its rows (at batch 8 a row's mean is
+        # well above the setting's saving in batch forwards); at batch 1 the two agree.
         greedy_forwards = next(r["batch_forwards"] for r in record["summary"] if r["kind"] != "jacobi")
         for row in record["summary"]:
             speedup = row["speedup_vs_best_ar"]

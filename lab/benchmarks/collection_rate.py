@@ -1,6 +1,6 @@
 """The parallel collection method's rate on the CPU campaign's first prompts, split into its two phases.
 
-Why: issue 62's target is a rate in answer tokens of trajectory per second, and the method spends it in two places:
+Why: the CPU campaign's target is a rate in answer tokens of trajectory per second, and the method spends it in two places:
 greedy generation of the batch (one decode step per token, every row at once) and the block iterations (about
 n^2 / 2 query tokens per block of n). This times `block_trajectories` as `hf-jacobi collect --method parallel` runs
 it (greedy answers generated, then iterated on the cache they filled), with the greedy phase timed apart, and counts

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The measuring call of a GPU session (docs/benchmarking.md, "On a GPU"): stages the kit's last part, installs it, then
+# The measuring call on a lent GPU (docs/benchmarking.md, "On a GPU"): stages the kit's last part, installs it, then
 # runs the host phase (HOST entries: each step's host work, and with TRACE=1 its kernels and launches beside greedy's)
 # and the decode phase (DECODE entries, compiled Jacobi only) within BUDGET seconds, every entry in its own process
 # with its own share of the time, writing straight into $OUT so that whatever finished comes back if the lease ends.

@@ -1,7 +1,7 @@
 """Where a Jacobi step's time goes on the host: one profiled `generate(decoding="jacobi")` call, per step.
 
-Why: on an H200 a compiled Jacobi step costs about twice a CUDA-graph greedy step at batch 8 in bfloat16 (7.3 against
-3.6 ms), and the wider forward explains only 1.3x; the rest is the loop's host work, which no device figure shows.
+Why: on a GPU a compiled Jacobi step costs about twice a CUDA-graph greedy step at batch 8 in bfloat16, and the
+wider forward explains only part of that; the rest is the loop's host work, which no device figure shows.
 Python's profiler sees the host: the device runs asynchronously, so the time spent waiting for it lands on the one
 read-back of each step (`tolist`), and every other function's own time is host work, which is what shrinking the
 per-step overhead (mask building, cache commit, proposals) has to cut.
@@ -17,17 +17,17 @@ part (`loop._verify`: the forward, the scores' argmax and their read-back) over 
 calls, and reports the rest of the step: the host work between two forwards, which the device idles through. On a
 CPU the device part is the forward computed in place; on a GPU it is the forward's launch and wait.
 
-Measured (issue 36) on the shared 2-core CPU, one thread, the embedded SmolLM2-135M with the shipped adapter, batch 1:
+On a CPU, one thread, the embedded SmolLM2-135M with the shipped adapter, batch 1:
 
     OMP_NUM_THREADS=1 python lab/benchmarks/profile_step.py --max-new-tokens 64 --top 15 --ops
 
-before (one `sub_` per layer to crop, a gather and a copy per layer's keys and values on reordering steps, the slots'
-positions copied for every mask): 40 steps, 484 ms per step, 255.4 aten ops per step outside the compiled forward;
-after (one foreach `sub_`, one foreach copy, positions copied only for sliding windows): 40 steps, 436 ms per step,
-156.8 aten ops per step. On a CPU the forward's matmuls are most of a step (381 ms of `mm`), so the ms are noise; the op
-count is what a GPU step pays in host launches. (Those two counts spread the prefill over the steps; the counts in
-docs/results/host-work-cpu, from the layouts and masks built on the host and the slot moves made inside the compiled
-forward, do not.)
+counts the aten ops a step runs outside the compiled forward. It guided the cuts to the host work: one foreach `sub_`
+to crop instead of one per layer, one foreach copy instead of a gather and a copy per layer's keys and values on
+reordering steps, and the slots' positions copied only for sliding windows, not for every mask, removed a large share
+of those ops. On a CPU the forward's matmuls are most of a step, so the ms are noise; the op count is what a GPU step
+pays in host launches.
+(That command's counts spread the prefill over the steps; the counts in docs/results/host-work-cpu, from the layouts
+and masks built on the host and the slot moves made inside the compiled forward, do not.)
 """
 
 from __future__ import annotations

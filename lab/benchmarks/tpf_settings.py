@@ -1,7 +1,7 @@
 """Forwards and tokens per forward of GPU-minded Jacobi settings with the shipped adapter, counted on any machine.
 
 In float32 the tokens, and so the forwards each setting takes, do not depend on the device (2 blocks of 16 +
-recycling took 279 forwards for these 8 prompts on this CPU and on an H200), so which settings could reach a speed
+recycling took as many forwards for these 8 prompts on a CPU as on a GPU), so which settings could reach a speed
 target on a GPU can be counted here: a setting's speedup over CUDA-graph greedy is at most its forward saving over the
 cost of its width on the GPU's forward-cost curve (docs/results/gpu-h200-grade). Widths are each setting's widest
 forward (chain plus candidates).

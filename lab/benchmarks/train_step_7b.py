@@ -2,7 +2,7 @@
 
 Why: how recipes/qwen2.5-coder-7b trains on one GPU (FlexAttention or sdpa, gradient checkpointing or not, LoRA or all
 parameters, DeepSpeed ZeRO-3 with the optimizer on the CPU) follows from what a step costs, which depends on shapes and
-dtype, not on weights (issue 58, item 4): the released configuration with random weights (lab/architectures.py), in
+dtype, not on weights: the released configuration with random weights (lab/architectures.py), in
 bfloat16 on the GPU, trains with train_round1.yaml's settings on synthetic trajectories of the recipe's lengths.
 
     python3 lab/benchmarks/train_step_7b.py --output-dir $OUT --budget-seconds 540   # a lent GPU: the recipe's README

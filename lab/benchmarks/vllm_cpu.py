@@ -198,7 +198,7 @@ def markdown(report: dict) -> str:
                 f"{row['identical']}/{row['requests']} |"
             )
     rounds = report.get("rounds", [])
-    if len(rounds) > 1:  # the spread behind each median: a lead smaller than it is noise of the sitting
+    if len(rounds) > 1:  # the spread behind each median: a lead smaller than it is noise of the run
         lines += [
             "",
             "Tokens/s per round (in the order they ran):",

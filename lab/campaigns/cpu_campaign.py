@@ -1,8 +1,8 @@
-"""The campaign on a CPU (issue 62): the GPU campaign's prompt set, the base model's trajectories of every prompt in
-bfloat16, stopping and resuming over many sittings, its data committed as it grows.
+"""The campaign on a CPU: the GPU campaign's prompt set, the base model's trajectories of every prompt in bfloat16,
+stopping and resuming across runs, its data committed as it grows.
 
 Why a second driver: the GPU campaign (gpu_campaign.py) fits one 10-minute device call; on a 2-core CPU the same work
-takes many hours, across sessions and machines. So every stage here resumes from what it finds, and what a fresh
+takes many hours, across many runs and machines. So every stage here resumes from what it finds, and what a fresh
 clone needs lives in the committed folder `data/campaign-cpu/` (prompt set, trajectory shards, progress log), never
 in an ignored one:
 
@@ -53,7 +53,7 @@ CPU_TRAIN_FLAGS = [
     "--save_strategy",
     "steps",
     "--save_steps",
-    "100000",  # PeriodicSave saves by the clock instead
+    "100000",  # --save_every_seconds saves by the clock instead
 ]
 
 
@@ -162,8 +162,7 @@ def collection_model(layout: Layout, dtype: str) -> str:
 
 def resolve_dtype(dtype: str) -> str:
     """`auto`: bfloat16 where the CPU has bfloat16 units (AMX or AVX-512 BF16), else float32, where bfloat16 is
-    emulated (on a 2-core AMD EPYC with AVX2 only, a forward of 8 x 128 tokens took 19.3 s in bfloat16 against 3.96 s
-    in float32: `docs/results/campaign-cpu/dtype/`); any other value as given."""
+    emulated and several times slower than float32 (`docs/results/campaign-cpu/dtype/`); any other value as given."""
     if dtype != "auto":
         return dtype
     from hf_jacobi.decoding.cpu_info import bfloat16_units
@@ -233,7 +232,7 @@ def collect(args: argparse.Namespace) -> int:
     appended to its progress log), until `--prompts` are collected or `--minutes` have passed, on `--threads` torch
     threads. The process's thread count is restored after: a caller in the same process (the test suite's workers,
     one thread each beside one another) kept 2 threads on 2 busy cores after it, which ran every later torch test of
-    that worker several times slower (the embedded model's tests 5-6x in the suite of 2026-12-02)."""
+    that worker several times slower."""
     import torch
 
     threads = torch.get_num_threads()
@@ -400,7 +399,7 @@ def judge(args: argparse.Namespace) -> int:
     and on 32 of the judging requests (block 16), each reusing the base's figures of an earlier run's report where
     there is one; results in the data folder's `judged/`, with `judged.md`, and the scaling curve in the results
     folder. Each part is skipped where its file exists, so a judge cut short resumes at the part it was in, and a run
-    judged before a part was added gets that part alone. Within `minutes` (the plan's sitting), a part is started only
+    judged before a part was added gets that part alone. Within `minutes` (the run's time), a part is started only
     with its `judge_part_minutes` left."""
     layout = args.layout
     minutes = getattr(args, "minutes", None)
@@ -409,7 +408,7 @@ def judge(args: argparse.Namespace) -> int:
     stopped: list[str] = []
 
     def starts(part: str) -> bool:
-        """Whether `part` is to run now: not done yet, no part before it stopped, and (where the sitting has a
+        """Whether `part` is to run now: not done yet, no part before it stopped, and (where the run has a
         deadline) its time left."""
         if stopped or part not in judge_parts_left(layout, args.run):
             return False
@@ -525,8 +524,8 @@ SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_PART_MINUTES = {QUALITY_FILE: 45.0, HUMANEVAL_FILE: 20.0, JUDGE_SPEED_FILE: 25.0}
 """The least time left at which each part of a judge (named by the file it writes, JUDGE_FILES) starts: no part resumes, and a part cut short loses all it did.
-`hf-jacobi quality` takes ~40 minutes a model here; the judging-requests `hf-jacobi evaluate` ~20 minutes a run on
-the AVX2-only CPU (per 16 requests: greedy ~30 s, plain ~2.4 min, 2 blocks + recycling ~7 min, 2026-12-02)."""
+`hf-jacobi quality` takes ~40 minutes a model on 2 cores; the judging-requests `hf-jacobi evaluate` ~20 minutes a
+run on an AVX2-only CPU."""
 BASE_PART_MINUTES = {QUALITY_FILE: 40.0, HUMANEVAL_FILE: 15.0, JUDGE_SPEED_FILE: 20.0}
 """What a part takes more where it measures the base too (its first run; later runs reuse the base's figures)."""
 
@@ -558,19 +557,19 @@ def plan_steps(total: int, tiny: bool) -> list[tuple[str, str | None, int]]:
     return list(dict.fromkeys(steps))
 
 
-def sitting_order(steps: list[tuple[str, str | None, int]], bfloat16_units: bool) -> list[tuple[str, str | None, int]]:
+def machine_order(steps: list[tuple[str, str | None, int]], bfloat16_units: bool) -> list[tuple[str, str | None, int]]:
     """The plan's steps in the order this machine runs them. Collection and training run in bfloat16 where the CPU has
-    bfloat16 units, at ~2-3x their float32 speed (training r16: ~195-225 tokens/s against ~75-81 on the AVX2-only
-    EPYC), and judging runs in float32 on every machine: so a machine with the units does every collection and
-    training left before any judge, which waits for a sitting without them; elsewhere the plan's order. Each judge
+    bfloat16 units, at a few times their float32 speed, and judging runs in float32 on every machine: so a machine
+    with the units does every collection and training left before any judge, which waits for a run on a machine
+    without them; elsewhere the plan's order. Each judge
     needs only its own training, which comes first either way."""
     return sorted(steps, key=lambda step: step[0] == "judge") if bfloat16_units else steps
 
 
 def _machine_steps(layout: Layout) -> list[tuple[str, str | None, int]]:
-    """`plan_steps` in this machine's `sitting_order` (the tiny rehearsal keeps the plan's)."""
+    """`plan_steps` in this machine's `machine_order` (the tiny rehearsal keeps the plan's)."""
     units = not layout.tiny and resolve_dtype("auto") == "bfloat16"
-    return sitting_order(plan_steps(_plan_total(layout), layout.tiny), units)
+    return machine_order(plan_steps(_plan_total(layout), layout.tiny), units)
 
 
 def _done(layout: Layout, stage: str, name: str | None, n: int) -> bool:
@@ -619,8 +618,8 @@ def _plan_total(layout: Layout) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    """Every step of `plan_steps` not done yet, in this machine's `sitting_order`, within `--minutes` (each step
-    resumes; a sitting ends at a step cut by the deadline, or before a judge that would not fit)."""
+    """Every step of `plan_steps` not done yet, in this machine's `machine_order`, within `--minutes` (each step
+    resumes; a run ends at a step cut by the deadline, or before a judge that would not fit)."""
     layout = args.layout
     deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
     for stage, name, n in _machine_steps(layout):
@@ -759,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     pad.set_defaults(func=padding)
     whole = commands.add_parser("run", help="every step of the campaign not done yet, in order (resumes)")
-    whole.add_argument("--minutes", type=float, default=None, help="this sitting's time (default: to the end)")
+    whole.add_argument("--minutes", type=float, default=None, help="this run's time (default: to the end)")
     whole.add_argument(
         "--dtype", default="auto", help="collection dtype (default auto: bfloat16 where the CPU has its units)"
     )

@@ -1,4 +1,4 @@
-"""One GPU campaign for the embedded SmolLM2-135M-Instruct (issue 55): prompts, trajectories, three trainings, their
+"""One GPU campaign for the embedded SmolLM2-135M-Instruct: prompts, trajectories, three trainings, their
 judging and the winner's weights, inside one device call, under one time budget.
 
 Why one script: a lent GPU comes bare, for one call of at most ten minutes, and returns only the files left in $OUT

@@ -1,19 +1,18 @@
 """Several Jacobi Forcing runs on one GPU at once, each judged by `hf-jacobi quality`, inside one device lease.
 
 Why one script: a lent GPU comes for minutes, bare, and goes back 30 seconds after a call ends, so training and the
-judging must run in one command under one clock. A 135M model at batch 1 leaves an H100/H200 mostly idle, so the
+judging must run in one command under one clock. A 135M model at batch 1 leaves a data-centre GPU mostly idle, so the
 variants train side by side (one process each) instead of one after another; each is stopped at its deadline and
 judged on its newest weights (final, or the last checkpoint) so a slow run still yields an answer.
 
     python lab/campaigns/gpu_sweep.py --output-dir runs/gpu-sweep            # on the GPU machine
     python lab/campaigns/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, ~2 min
 
-Measured (2026-11-26, one H200): a first try, three variants at once, ran at 1.85 s per optimizer step each, most of
-it PEFT's adapter switch for the KL anchor's base forward (replaced since by training/adapter_switch.py) and died at its
-first checkpoint (the model card template, fixed in hub/card.py). The second, the four variants below at once with
-activation checkpointing off, ran at ~1.05 s per step each: 350 s of training reached step ~296 of the epoch's 556,
-and 170 s of judging let two of the four judges finish (docs/results/quality-gpu-sweep/README.md).
-Size a sitting with --train-seconds (the runs are judged on their newest checkpoint) or pass --max_steps in VARIANTS.
+Why it runs as it does: PEFT's adapter switch for the KL anchor's base forward took most of a step, so
+training/adapter_switch.py replaces it, and activation checkpointing is off (a 135M model needs no memory saved). Even
+so, one call trains only part of the epoch's 556 steps and leaves the judges little time (step times and how far the
+runs got: docs/results/quality-gpu-sweep/README.md). Size a call with --train-seconds (the runs are judged on their
+newest checkpoint) or pass --max_steps in VARIANTS.
 
 Writes, under --output-dir: NAME/ (the run: checkpoints, final adapter, train.log), quality-NAME/ (`hf-jacobi
 quality` of NAME beside the base), sweep.json (per variant: flags, steps done, the weights judged, wall times, exit

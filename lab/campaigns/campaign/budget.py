@@ -30,8 +30,8 @@ DEFAULT_SHARES: dict[str, float] = {
 }
 """Each stage's share of the budget; training and judging also run side by side (the base is judged while the
 variants train), so their shares are what they need beyond that. Judging gets more than a first guess would give it:
-each variant's judge decodes a few hundred requests in float32 with the speed runs after them, about 80 s on an H200
-for the earlier sweep's half-size jobs' pace, and without a finished judge no weights come back."""
+each variant's judge decodes a few hundred requests in float32 with the speed runs after them, the earlier sweep's
+judges did not all finish in the time it gave them, and without a finished judge no weights come back."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The CPU campaign's scaling curve (issue 62): each judged run's held-out tokens per forward against the number of
+"""The CPU campaign's scaling curve: each judged run's held-out tokens per forward against the number of
 prompts whose trajectories it trained on, beside the quality bars it met.
 
 Why a curve and not a winner alone: the same recipe at 2,000, 5,000 and every prompt says whether data is the lever
@@ -20,7 +20,7 @@ from typing import Any
 from campaign.judging import JUDGE_SPEED_SETTINGS
 
 SPEED_TARGETS = {"plain": 1.6, "both": 4.5, "humaneval-b8-plain": 1.5}
-"""Issue 62's targets, each to be met at every quality bar: held-out tokens per forward with plain Jacobi and with 2
+"""The campaign's targets, each to be met at every quality bar: held-out tokens per forward with plain Jacobi and with 2
 blocks + recycling (16 `packages` test prompts, block 16), and plain on 16 HumanEval problems at block 8."""
 JUDGE_SPEEDS = tuple(JUDGE_SPEED_SETTINGS.values())
 """Settings measured without a target: tokens per forward on 32 of the judging requests (`judging.JUDGE_SPEED`), the
@@ -45,8 +45,8 @@ its 2,024, the kind of the targets' plain and 2-blocks test prompts."""
 
 
 SHIPPED_RUN = "shipped"
-"""The judged name of the adapter the package shipped while the campaign ran (`base-scale-kl10-step250`, 2026-11-26 to
-2026-12-06; `cpu_campaign.py judge --run shipped` judged it by the campaign's protocol): the reference every run had
+"""The judged name of the adapter the package shipped while the campaign ran (`base-scale-kl10-step250`;
+`cpu_campaign.py judge --run shipped` judged it by the campaign's protocol): the reference every run had
 to beat. The campaign's `lora-r16-kl30-n9999` replaced it in the package."""
 SHIPPED_SHA256 = "aa58b601784e43336da00aa0abe8acd32a2355ecaa5fdb8b4cb7aa1444f58c73"
 """SHA-256 of that reference's adapter_model.safetensors: judging `shipped` refuses other weights."""

@@ -2,7 +2,7 @@
 
 `Campaign` holds what the stages share (settings, folders, the models of the first two stages, the budget); each
 `stage_*` method does one stage. See gpu_campaign.py for the whole and recipes/smollm2-135m/README.md ("GPU campaign")
-for how a GPU session runs it.
+for how a call on a lent GPU runs it.
 """
 
 from __future__ import annotations
