@@ -23,7 +23,7 @@ from .core import (
     shipped_when,
     trained,
 )
-from .cpu_fast_path import glance_row as cpu_fast_path_row
+from .cpu_fast_path import shipped_glance_row
 from .gpu_graph_greedy import glance_row as gpu_glance_row
 
 QUALITY_FRONT = "quality-cpu/front"
@@ -172,7 +172,7 @@ def glance(page: Page) -> str:
         f"{shipped_q['code-tasks']['collapsed']} / {shipped_q['code-tasks']['code_passed']} | {page.ref(fq)} |",
         glance_loops_row(page),
         glance_ship_row(page),
-        previous_adapter(cpu_fast_path_row(page)),
+        shipped_glance_row(page),
         previous_adapter(gpu_glance_row(page)),
     ]
     return "\n".join(rows)
