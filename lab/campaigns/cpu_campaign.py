@@ -23,6 +23,7 @@ smaller points train on a prefix of the collection order (`collection_order`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import sys
@@ -461,10 +462,10 @@ def reference_weights() -> Path:
     from campaign.lowrank import ADAPTER_FILE
 
     from hf_jacobi import adapters
-    from hf_jacobi.file_manifest import sha256_file
 
     weights = adapters.JACOBI_FORCING_WEIGHTS
-    found = sha256_file(weights / ADAPTER_FILE)
+    with open(weights / ADAPTER_FILE, "rb") as handle:
+        found = hashlib.file_digest(handle, "sha256").hexdigest()
     if found != scaling.SHIPPED_SHA256:
         raise SystemExit(
             f"the package's adapter ({weights}, SHA-256 {found[:12]}) is no longer the reference judged as "

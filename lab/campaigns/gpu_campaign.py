@@ -198,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     campaign = build_campaign(args)
     if campaign.model == "embedded":
-        from hf_jacobi.gguf_cache import ensure_model_cache
+        from hf_jacobi import load_default_model
 
-        ensure_model_cache()  # converted once here, before several processes would race to write the same cache
+        load_default_model()  # converts the GGUF once here, before several processes would race to write the cache
     outcome = run_stages(campaign, [stage for stage in STAGES if stage in args.stages])
     print(json.dumps(outcome, indent=1))
     return 0 if all(value == "done" for value in outcome.values()) else 1
