@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import datasets
@@ -147,6 +148,9 @@ def test_trainer_logs_both_losses_and_updates_the_model(tmp_path, trajectories):
     trainer.train()
     logged = trainer.state.log_history[0]
     assert {"consistency_loss", "ar_loss", "loss"} <= logged.keys()
+    # the soft cross entropy's floor (the teachers' entropy, per noisy token) and the argmax agreement, a share
+    assert 0 < logged["consistency_teacher_entropy"] <= math.log(model.config.vocab_size) + 1e-4
+    assert 0.0 <= logged["consistency_agreement"] <= 1.0
     # each micro-batch holds a share of the accumulated loss; the logged terms still add up to the step's loss
     assert logged["loss"] == pytest.approx(logged["consistency_loss"] + logged["ar_loss"], rel=1e-4)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -187,12 +187,14 @@ class JacobiForcingTrainer(SFTTrainer):
         inputs["attention_mask"] = self.noise_aware_mask(segment_ids, inputs["position_ids"])
         outputs = model(**inputs, use_cache=False)
         items = num_items_in_batch
+        diagnostics: dict[str, torch.Tensor] = {}
         consistency = consistency_loss(
             outputs.logits,
             teacher_index,
             block_ids,
             self.args.consistency_normalization,
             items.consistency if items is not None else None,
+            diagnostics,
         )
         autoregressive = ar_loss(outputs.logits, ar_targets, items.ar if items is not None else None)
         anchor = None
@@ -217,6 +219,8 @@ class JacobiForcingTrainer(SFTTrainer):
         if anchor is not None:
             metrics["base_kl"].append(gather(anchor.detach()).mean().item() * shares)
         metrics["noisy_tokens"].append(gather((teacher_index != NO_TEACHER).sum()).float().mean().item())
+        for name, value in diagnostics.items():  # the loss's floor and the argmax agreement, per noisy token
+            metrics[f"consistency_{name}"].append(gather(value).mean().item())
         if mode == "train":
             self._total_train_tokens += gather((segment_ids != Segment.PADDING).sum()).sum().item()
             metrics["num_tokens"] = [self._total_train_tokens]
