@@ -285,9 +285,9 @@ def test_demo_side_by_side_measures_answer_quality_of_the_base_before_the_merge(
     """A bare `demo` (untrained beside the shipped adapter) ends with the answer quality of both models, on the tiny
     model standing for the embedded one: the base's figures are taken before the adapter merges into it in place,
     the trained model's answers are compared with the base's and scored by a fresh load of the base."""
-    from hf_jacobi.bench.quality_eval import demo_protocol, measure_model
-    from hf_jacobi.bench.quality_report import markdown_table
     from hf_jacobi.cli import demo
+    from hf_jacobi.quality.protocol import demo_protocol, measure_model
+    from hf_jacobi.quality.report import markdown_table
 
     template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     loads: list[common.LoadedModel] = []

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hf_jacobi.bench import quality_eval
-from hf_jacobi.bench.quality import answer_quality, passed_code_tasks
-from hf_jacobi.bench.quality_eval import (
+from hf_jacobi.data.quality_sets import load_code_tasks
+from hf_jacobi.decoding.config import JacobiConfig
+from hf_jacobi.measurement import COLLAPSE_WINDOW, collapsed, common_prefix
+from hf_jacobi.quality import protocol as quality_eval
+from hf_jacobi.quality.answers import answer_quality, passed_code_tasks
+from hf_jacobi.quality.protocol import (
     ModelQuality,
     QualityProtocol,
     RequestSet,
@@ -18,10 +21,7 @@ from hf_jacobi.bench.quality_eval import (
     measure_model,
     targets_met,
 )
-from hf_jacobi.bench.quality_report import markdown_table, plot_front
-from hf_jacobi.data.quality_sets import load_code_tasks
-from hf_jacobi.decoding.config import JacobiConfig
-from hf_jacobi.measurement import COLLAPSE_WINDOW, collapsed, common_prefix
+from hf_jacobi.quality.report import markdown_table, plot_front
 from tiny_models import tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,8 +84,8 @@ def test_targets_compare_each_figure_with_the_base():
 def test_humaneval_answers_run_after_the_prompt_and_its_bars_are_loops_and_pass_at_1():
     """HumanEval in the judge: a chat answer's code runs after the problem's stub (the whole function or only the
     body), and the set's bars are a user's: loops at most 3 points above the base's, pass@1 at most one below."""
-    from hf_jacobi.bench.quality import DEFAULT_SETS, HUMANEVAL
     from hf_jacobi.data.humaneval import load_humaneval
+    from hf_jacobi.quality.answers import DEFAULT_SETS, HUMANEVAL
 
     assert HUMANEVAL in DEFAULT_SETS
     problems = load_humaneval(3)

@@ -65,9 +65,9 @@ def test_the_shipped_adapter_collapses_no_more_often_than_the_base(embedded_mode
 
     from hf_jacobi import load_default_model
     from hf_jacobi.adapters import JACOBI_FORCING_WEIGHTS
-    from hf_jacobi.bench.quality import answer_quality
-    from hf_jacobi.bench.quality_eval import ModelQuality, demo_protocol, load_request_sets, targets_met
     from hf_jacobi.data.quality_sets import load_requests
+    from hf_jacobi.quality.answers import answer_quality
+    from hf_jacobi.quality.protocol import ModelQuality, demo_protocol, load_request_sets, targets_met
 
     base_model, tokenizer = embedded_model
     results, committed = _committed(BASE_RUN, "base")

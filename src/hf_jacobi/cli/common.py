@@ -21,6 +21,7 @@ from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
 from ..loading import DTYPES, EMBEDDED, ModelLoadError, eos_token_ids
 from ..loading import load_model as _load_model
 from ..measurement import Decoded, decode
+from ..quality.runs import QualityRunError
 from .arg_types import AUTO_DTYPE, model_name, non_negative_int, positive_int
 
 DEBUG_ENV = "HF_JACOBI_DEBUG"
@@ -30,7 +31,7 @@ class CliError(RuntimeError):
     """A problem the user can fix (a missing package, too many prompts): reported in one line, no traceback."""
 
 
-USER_ERRORS = (CliError, ModelNotAvailableError, ModelLoadError, OutputPathError)
+USER_ERRORS = (CliError, ModelNotAvailableError, ModelLoadError, OutputPathError, QualityRunError)
 """What every command reports in one line (`main` for the argparse commands, `recipe.run_step` for the recipe steps):
 inputs the user can fix, a model that does not load among them. Anything else is a bug and keeps its traceback."""
 

@@ -140,7 +140,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if len(runs) > 1:
         print(f"## side by side\n\n{comparison_table(runs)}\n\n{steadiness(runs)}\n")
     if samples:
-        from ..bench.quality_report import markdown_table
+        from ..quality.report import markdown_table
 
         print(
             f"## answer quality: greedy answers to plain chat requests (held out)\n\n{markdown_table(samples, samples[0])}\n"
@@ -155,10 +155,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def sample_quality(loaded: LoadedModel, base, label: str, args: argparse.Namespace):
-    """Quality figures of `loaded`'s greedy answers to the demo's requests (`bench.quality_eval.demo_protocol`),
+    """Quality figures of `loaded`'s greedy answers to the demo's requests (`quality.protocol.demo_protocol`),
     scored by the base model: `base` is the base's own result, None when `loaded` is the base. The base is loaded
     afresh for a trained model, whose weights replaced the base's in place."""
-    from ..bench.quality_eval import demo_protocol, measure_model
+    from ..quality.protocol import demo_protocol, measure_model
 
     protocol = demo_protocol(loaded.tokenizer, args.max_new_tokens, max(args.batch, 8))
     scorer = loaded if base is None else load_model(args.model, args.dtype)

@@ -64,8 +64,8 @@ def _check_inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 def _protocol(args: argparse.Namespace, tokenizer):
     from ..bench.common import variant_config
-    from ..bench.quality_eval import QualityProtocol, load_request_sets
     from ..data.prompts import encode_prompts, held_out_split, load_prompts
+    from ..quality.protocol import QualityProtocol, load_request_sets
 
     speed = load_prompts(args.speed_prompts, split=held_out_split(args.speed_prompts), limit=args.num_speed_prompts)
     return QualityProtocol(
@@ -95,9 +95,9 @@ def _base_rows(args: argparse.Namespace, loaded, protocol, record: dict) -> list
     """The base's greedy row and, with --jacobi-answers, the row of its Jacobi answers: taken from --base-results
     where that run has them (the Jacobi row only when decoded with the settings the base decodes with now), measured
     otherwise."""
-    from ..bench.quality_eval import measure_jacobi_answers, measure_model, own_jacobi_config
     from ..decoding.config import JacobiConfig
-    from .quality_runs import earlier_base
+    from ..quality.protocol import measure_jacobi_answers, measure_model, own_jacobi_config
+    from ..quality.runs import earlier_base
 
     if args.base_results is not None:
         base, jacobi = earlier_base(args.base_results, record)
@@ -113,7 +113,7 @@ def _base_rows(args: argparse.Namespace, loaded, protocol, record: dict) -> list
 
 def _adapter_rows(args: argparse.Namespace, label: str, folder: Path, base_loaded, protocol, base) -> list:
     """One adapter's greedy row and, with --jacobi-answers, the row of its Jacobi answers (its own settings)."""
-    from ..bench.quality_eval import measure_jacobi_answers, measure_model
+    from ..quality.protocol import measure_jacobi_answers, measure_model
 
     loaded = load_model(args.model, args.dtype, adapter=folder)
     greedy = measure_model(label, loaded.model, base_loaded.model, loaded.tokenizer, protocol, base)
@@ -123,11 +123,16 @@ def _adapter_rows(args: argparse.Namespace, label: str, folder: Path, base_loade
 
 
 def run_quality_command(args: argparse.Namespace) -> int:
-    from ..bench.quality_eval import targets_met
-    from .quality_runs import answers_record, merge_runs, write_outputs
+    from ..quality.protocol import targets_met
+    from ..quality.runs import answers_record, merge_runs, write_outputs
 
     if args.merge:
-        return merge_runs(args)
+        if args.adapters or args.base_results is not None or args.jacobi_answers:
+            raise CliError(
+                "--merge combines finished runs: it takes no --adapters, --base-results or --jacobi-answers"
+            )
+        writable_output(args.output_dir, "--output-dir", folder=True)
+        return merge_runs(args.merge, args.rename, args.output_dir)
     adapters = _check_inputs(args)
     base_loaded = load_model(args.model, args.dtype)
     protocol = _protocol(args, base_loaded.tokenizer)
@@ -153,7 +158,7 @@ def run_quality_command(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands) -> None:
-    from ..bench.quality import DEFAULT_SETS
+    from ..quality.answers import DEFAULT_SETS
 
     parser = commands.add_parser(
         "quality", help="the base model and adapters side by side: answer quality on held-out requests beside speed"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..figures import save_figure
-from .quality import AnswerQuality
-from .quality_eval import ModelQuality, relative, targets_met
+from .answers import AnswerQuality
+from .protocol import ModelQuality, relative, targets_met
 
 
 def _speed(model: ModelQuality, setting: str) -> float | None:

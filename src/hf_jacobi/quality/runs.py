@@ -7,12 +7,14 @@ rows of Jacobi answers (`--jacobi-answers`) simply has none.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from ..atomic import write_text
-from .common import CliError, writable_output
+
+
+class QualityRunError(ValueError):
+    """A finished run that cannot be read, reused or merged, named by the flag that named it: the user can fix it."""
 
 
 def answers_record(models, protocol, tokenizer) -> dict:
@@ -32,7 +34,7 @@ def answers_record(models, protocol, tokenizer) -> dict:
 
 def write_outputs(folder: Path, results: dict, models, answers: dict, request_set: str) -> None:
     """quality.json, quality.md (the table), answers.json and quality.png (the front) in `folder`."""
-    from ..bench.quality_report import markdown_table, plot_front
+    from .report import markdown_table, plot_front
 
     table = markdown_table(models, models[0])
     print(table)
@@ -64,24 +66,24 @@ def comparable_model(model: dict) -> dict:
 
 
 def _read_run(folder: Path, flag: str) -> tuple[dict, dict]:
-    """A finished run's quality.json and answers.json, a `CliError` naming `flag` when either does not read."""
+    """A finished run's quality.json and answers.json, a `QualityRunError` naming `flag` when either does not read."""
     try:
         return (
             json.loads((folder / "quality.json").read_text(encoding="utf-8")),
             json.loads((folder / "answers.json").read_text(encoding="utf-8")),
         )
     except (OSError, ValueError) as error:
-        raise CliError(f"{flag} {folder}: cannot read its quality.json / answers.json ({error})") from error
+        raise QualityRunError(f"{flag} {folder}: cannot read its quality.json / answers.json ({error})") from error
 
 
 def _with_tokens(model: dict, answers: dict, folder: Path):
     """A model row of an earlier run with its answers' token ids, which the models measured now are compared with."""
-    from ..bench.quality_eval import ModelQuality
+    from .protocol import ModelQuality
 
     try:
         tokens = {name: entry["tokens"] for name, entry in answers[model["name"]].items()}
     except (KeyError, TypeError) as error:
-        raise CliError(
+        raise QualityRunError(
             f"--base-results {folder}: its answers.json holds no token ids (an older run's): run without it"
         ) from error
     return ModelQuality.from_dict(model, tokens)
@@ -96,7 +98,7 @@ def earlier_base(folder: Path, record: dict):
     earlier, record = comparable(earlier), comparable(record)
     if earlier != record:
         changed = sorted(key for key in record if earlier.get(key) != record[key])
-        raise CliError(f"--base-results {folder} was measured with another protocol (differs in {changed})")
+        raise QualityRunError(f"--base-results {folder} was measured with another protocol (differs in {changed})")
     base = next(m for m in results["models"] if m["name"] == "base")
     jacobi = next((m for m in results["models"] if m.get("jacobi_of") == "base"), None)
     return _with_tokens(base, answers, folder), None if jacobi is None else _with_tokens(jacobi, answers, folder)
@@ -107,7 +109,7 @@ def _renamed(runs: list[tuple[dict, dict]], pairs: list[str]) -> None:
     Jacobi (...)" becomes "NEW · Jacobi (...)") and their answers."""
     renames = dict(pair.partition("=")[::2] for pair in pairs)
     if any(not old or not new for old, new in renames.items()) or "base" in renames:
-        raise CliError(f"--rename takes OLD=NEW pairs of adapter labels (not 'base'), got {pairs}")
+        raise QualityRunError(f"--rename takes OLD=NEW pairs of adapter labels (not 'base'), got {pairs}")
     for results, texts in runs:
         for model in results["models"]:
             old, of = model["name"], model.get("jacobi_of")
@@ -122,47 +124,46 @@ def _renamed(runs: list[tuple[dict, dict]], pairs: list[str]) -> None:
 def _gathered(folders: list[Path], runs: list[tuple[dict, dict]]) -> tuple[dict[str, dict], dict[str, dict]]:
     """Every model row of the runs, once, with its answers; refused where runs differ in model or protocol, or give
     one row two sets of figures."""
-    from ..bench.quality_eval import same_figures
+    from .protocol import same_figures
 
     first = runs[0][0]
     models: dict[str, dict] = {}
     answers: dict[str, dict] = {}
     for folder, (results, texts) in zip(folders, runs, strict=True):
         if (results["model"], comparable(results["protocol"])) != (first["model"], comparable(first["protocol"])):
-            raise CliError(f"--merge {folder} was measured with another model or protocol than {folders[0]}")
+            raise QualityRunError(f"--merge {folder} was measured with another model or protocol than {folders[0]}")
         for model in map(comparable_model, results["models"]):
             if model["name"] in models and not same_figures(models[model["name"]], model):
-                raise CliError(f"--merge: {model['name']!r} has other figures in {folder} than in an earlier run")
+                raise QualityRunError(
+                    f"--merge: {model['name']!r} has other figures in {folder} than in an earlier run"
+                )
             models.setdefault(model["name"], model)
             sets = texts[model["name"]]  # runs before token ids were kept wrote the texts alone
             answers.setdefault(model["name"], {k: v if isinstance(v, dict) else {"texts": v} for k, v in sets.items()})
     return models, answers
 
 
-def merge_runs(args: argparse.Namespace) -> int:
+def merge_runs(folders: list[Path], renames: list[str], output_dir: Path) -> int:
     """One table and one front from several runs of the same protocol with the same base figures, decoding nothing:
     models measured at different times, or on different machines of one kind, read as one study, with whatever Jacobi
-    rows they hold."""
-    from ..bench.quality_eval import ModelQuality, targets_met
+    rows they hold; `renames` relabels adapters (OLD=NEW)."""
+    from .protocol import ModelQuality, targets_met
 
-    if args.adapters or args.base_results is not None or args.jacobi_answers:
-        raise CliError("--merge combines finished runs: it takes no --adapters, --base-results or --jacobi-answers")
-    writable_output(args.output_dir, "--output-dir", folder=True)
-    runs = [_read_run(folder, "--merge") for folder in args.merge]
-    _renamed(runs, args.rename)
-    models, answers = _gathered(args.merge, runs)
+    runs = [_read_run(folder, "--merge") for folder in folders]
+    _renamed(runs, renames)
+    models, answers = _gathered(folders, runs)
     if "base" not in models:
-        raise CliError(f"--merge: none of {[str(f) for f in args.merge]} holds the base model's figures")
+        raise QualityRunError(f"--merge: none of {[str(f) for f in folders]} holds the base model's figures")
     ordered = [models.pop("base"), *models.values()]
     measured = [ModelQuality.from_dict(m, {}) for m in ordered]
     first = runs[0][0]
     merged = {
         "model": first["model"],
         "protocol": comparable(first["protocol"]),
-        "merged_from": [str(folder) for folder in args.merge],
+        "merged_from": [str(folder) for folder in folders],
         "adapters": {k: v for results, _ in runs for k, v in results.get("adapters", {}).items()},
         "models": ordered,
         "targets_met": {m.name: targets_met(m, measured[0]) for m in measured[1:]},
     }
-    write_outputs(args.output_dir, merged, measured, answers, first["protocol"]["sets"][0])
+    write_outputs(output_dir, merged, measured, answers, first["protocol"]["sets"][0])
     return 0

@@ -24,7 +24,7 @@ from ..training.evaluation import (
     greedy_outputs,
     measure_setting,
 )
-from .quality import CODE_TASKS, HUMANEVAL, AnswerQuality, answer_quality, passed_code_tasks
+from .answers import CODE_TASKS, HUMANEVAL, AnswerQuality, answer_quality, passed_code_tasks
 
 
 @dataclass

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from ..bench.sandbox import run_programs
+from ..bench.tasks.humaneval import chat_completion_code
 from ..measurement import collapsed, common_prefix, distinct_ngrams
-from .sandbox import run_programs
-from .tasks.humaneval import chat_completion_code
 
 if TYPE_CHECKING:
     from ..data.humaneval import HumanEvalProblem
