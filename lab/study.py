@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hf_jacobi.figures import save_figure
+from hf_jacobi.bench.report import save_figure
 from hf_jacobi.training.heldout import PREFIX, heldout_curve
 
 STATE_FILE = "trainer_state.json"

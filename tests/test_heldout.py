@@ -8,7 +8,7 @@ import datasets
 import pytest
 
 from hf_jacobi import JacobiForcingConfig, JacobiForcingTrainer, collect_trajectories, load_trajectories
-from hf_jacobi.chat import encode_chat
+from hf_jacobi.data.chat import encode_chat
 from hf_jacobi.decoding.config import JacobiConfig
 from hf_jacobi.training.evaluation import greedy_answers
 from hf_jacobi.training.heldout import PREFIX, REFERENCE_FILE, HeldOutSpeedCallback, heldout_curve

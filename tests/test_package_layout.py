@@ -101,7 +101,7 @@ PROFILERS = {"lab/campaigns/campaign/padding.py"}
 NOT_YET_PUBLIC = {
     "lab/campaigns/campaign/budget.py": {"hf_jacobi.atomic.write_text"},
     "lab/campaigns/campaign/prompts.py": {
-        "hf_jacobi.chat.encode_chat",
+        "hf_jacobi.data.chat.encode_chat",
         "hf_jacobi.data.decontamination.find_overlaps",
         "hf_jacobi.data.decontamination.prompt_texts",
         "hf_jacobi.data.function_prompts.INSTRUCTION_LINE",
@@ -109,7 +109,7 @@ NOT_YET_PUBLIC = {
         "hf_jacobi.data.magpie.InstructionFilter",
         "hf_jacobi.data.magpie.evaluation_texts",
     },
-    "lab/campaigns/campaign/scaling.py": {"hf_jacobi.figures.save_figure"},
+    "lab/campaigns/campaign/scaling.py": {"hf_jacobi.bench.report.save_figure"},
     "lab/campaigns/campaign/trajectories.py": {
         "hf_jacobi.data.block_iterations.block_trajectories",
         "hf_jacobi.data.shards.SCHEMA",

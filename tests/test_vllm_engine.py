@@ -124,7 +124,7 @@ def shipped(tmp_path_factory):
     pytest.importorskip("gguf")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_jacobi.chat import encode_chat
+    from hf_jacobi.data.chat import encode_chat
     from hf_jacobi.data.prompts import load_prompts
     from hf_jacobi.integrations.merged import write_merged_model
 

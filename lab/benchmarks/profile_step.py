@@ -50,8 +50,8 @@ import transformers
 # run as a script, from any folder: the repository's root makes `lab` importable
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hf_jacobi.batching import left_padded
 from hf_jacobi.bench.runner import KeptStaticCaches
+from hf_jacobi.data.batching import left_padded
 from hf_jacobi.data.prompts import encode_prompts, load_prompts
 from hf_jacobi.measurement import timed
 from lab.architectures import random_model

@@ -132,7 +132,7 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[Path, Path, list[list
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_jacobi.chat import encode_chat
+    from hf_jacobi.data.chat import encode_chat
     from hf_jacobi.data.prompts import load_prompts
     from hf_jacobi.integrations.merged import write_merged_model
 

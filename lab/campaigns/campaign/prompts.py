@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hf_jacobi import load_prompts, magpie_prompts
-from hf_jacobi.chat import encode_chat
+from hf_jacobi.data.chat import encode_chat
 from hf_jacobi.data.decontamination import find_overlaps, prompt_texts
 from hf_jacobi.data.function_prompts import INSTRUCTION_LINE, rows_dataset
 from hf_jacobi.data.magpie import InstructionFilter, evaluation_texts

@@ -245,7 +245,7 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hf_jacobi.figures import save_figure
+    from hf_jacobi.bench.report import save_figure
 
     keys = settings()
     columns = 3

@@ -20,7 +20,6 @@ import torch
 from ..atomic import write_text
 from ..bench_results import markdown_table
 from ..decoding.cpu_info import bfloat16_units, model_name
-from ..figures import save_figure
 from .runner import BenchRun
 from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC
 
@@ -245,3 +244,15 @@ def plot(path: Path, rows: list[dict[str, Any]], title: str) -> None:
             ax.legend(title="Jacobi variant", fontsize=8)
     fig.suptitle(title, fontsize=10)
     save_figure(fig, path)
+
+
+def save_figure(figure: Any, path: str | Path) -> Path:
+    """Lays out `figure`, writes it to `path` (creating its folder) at 120 dpi, closes it and returns the path."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -15,7 +15,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import OutputPathError, check_writable
-from ..chat import encode_chat
+from ..data.chat import encode_chat
 from ..decoding.config import JacobiConfig
 from ..gguf_cache import DEFAULT_MODEL_NAME, ModelNotAvailableError
 from ..loading import DTYPES, EMBEDDED, ModelLoadError, eos_token_ids

@@ -78,8 +78,8 @@ def run_model(
     kernel: both only add time, so the fastest of a few rounds is the call's own cost, and the two models' greedy rates
     agree where a single pass lets a slow spell fall on one of them. Greedy and Jacobi alternate within a round, so a
     slow spell that outlasts the rounds still hits both. An untimed run of both over the first batch comes first."""
-    from ..batching import left_padded
-    from ..chat import encode_chat
+    from ..data.batching import left_padded
+    from ..data.chat import encode_chat
 
     model, tokenizer = loaded.model, loaded.tokenizer
     run = ModelRun(label)

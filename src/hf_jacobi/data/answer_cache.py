@@ -19,10 +19,10 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
 from ..decoding.sdpa_gqa import cpu_gqa
 from ..measurement import generated_tokens
+from .batching import left_padded
 
 
 class ReservedLayer(DynamicLayer):

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from ..batching import left_padded
 from ..decoding.cache import CACHE_ARGUMENT
 from ..decoding.drafts import PromptDrafter
 from ..decoding.masks import AttentionLayout, layer_masks
 from ..decoding.sdpa_gqa import cpu_gqa
 from ..decoding.verify import greedy_choice
 from .answer_cache import AnswerCache, ReservedCache, greedy_answers, prefill_answers
+from .batching import left_padded
 
 MAX_QUERY_TOKENS = 1024
 """Query tokens one iteration forward holds at most (rows are grouped to stay under it): wide enough to keep a matrix

@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from ..batching import in_batches
 from ..decoding.generate import enable_jacobi
 from ..loading import process_state
+from .batching import in_batches
 from .collection_batches import METHODS, BatchCollector
 from .model_identity import HASH_CACHE, WeightHashCache, model_identity
 from .prompts import encode_prompts

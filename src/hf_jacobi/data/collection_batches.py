@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from ..batching import left_padded
 from ..decoding.config import JacobiConfig
 from ..loading import eos_token_ids
 from ..measurement import generated_tokens
+from .batching import left_padded
 from .block_iterations import block_trajectories
 from .trajectories import TrajectoryRecorder, block_states
 from .trajectory_schema import TrajectoryRow

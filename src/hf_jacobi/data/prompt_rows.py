@@ -12,7 +12,7 @@ from typing import Any
 
 import datasets
 
-from ..chat import Messages
+from .chat import Messages
 from .limits import check_limit
 
 PROMPT_COLUMNS = ("messages", "conversations", "prompt", "input", "instruction", "question")

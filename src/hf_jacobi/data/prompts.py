@@ -17,7 +17,7 @@ from typing import Any
 
 import datasets
 
-from ..chat import encode_chat
+from .chat import encode_chat
 from .function_prompts import SNAPSHOT_SPLITS, package_prompt_set, rows_dataset, snapshot_split, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit, check_split

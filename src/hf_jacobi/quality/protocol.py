@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..chat import encode_chat
+from ..data.chat import encode_chat
 from ..data.humaneval import HumanEvalProblem, load_humaneval
 from ..data.prompts import encode_prompts, held_out_split, load_prompts
 from ..data.quality_sets import CodeTask, load_code_tasks

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..figures import save_figure
+from ..bench.report import save_figure
 from .answers import AnswerQuality
 from .protocol import ModelQuality, relative, targets_met
 

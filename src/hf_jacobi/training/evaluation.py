@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 from tqdm.auto import tqdm
 
-from ..batching import in_batches, left_padded
+from ..data.batching import in_batches, left_padded
 from ..decoding.config import JacobiConfig
 from ..decoding.generate import enable_jacobi
 from ..loading import eos_token_ids

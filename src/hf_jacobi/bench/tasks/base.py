@@ -66,8 +66,8 @@ class BenchTask:
 
     def encode(self, tokenizer: PreTrainedTokenizerBase, items: list[BenchItem]) -> dict[str, torch.Tensor]:
         """A left-padded batch; chat items go through the chat template (the project's one chat encoder)."""
-        from ...batching import left_padded  # torch is imported only when a batch is encoded
-        from ...chat import encode_chat
+        from ...data.batching import left_padded  # torch is imported only when a batch is encoded
+        from ...data.chat import encode_chat
 
         if self.uses_chat(tokenizer):
             ids = [encode_chat(tokenizer, item.text) for item in items]
