@@ -134,4 +134,4 @@ def test_the_files_ship_and_the_data_card_matches(requests, tasks):
     for category, count in Counter(requests["category"]).items():
         assert f"| {category} | {count} |" in card
     assert f"| total | {len(requests)} |" in card and f"{len(tasks)} tasks" in card
-    assert "2026-11-26" in card and "issue 35" in card
+    assert "By hand" in card and "frozen as `prompt_sets/requests.jsonl` and `prompt_sets/code-tasks.jsonl`" in card

@@ -1,1 +1,1 @@
-"""Answer quality beside speed: the judge of `hf-jacobi quality` and of the demo's sample, in one place."""
+"""The judge of `hf-jacobi quality` and of the demo's sample: is a faster model still the model it was trained from?"""
