@@ -34,14 +34,14 @@ def test_consistency_loss_by_hand():
     tokens = (ce_1 + ce_4 + ce_5) / 3
     assert consistency_loss(logits, teacher_index, block_ids, "blocks").item() == pytest.approx(blocks)
     assert consistency_loss(logits, teacher_index, block_ids, "tokens").item() == pytest.approx(tokens)
-    # the diagnostics: the teachers' entropy (the floor of the soft cross entropy) and the argmax agreement, per token
+    # the diagnostics: the teachers' entropy (the floor of the soft cross entropy) and the argmax agreement
     found: dict[str, torch.Tensor] = {}
     assert consistency_loss(logits, teacher_index, block_ids, "tokens", diagnostics=found).item() == pytest.approx(
         tokens
     )
     h_q = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-    assert found["teacher_entropy"].item() == pytest.approx((h_q + 2 * math.log(2)) / 3)
-    assert found["agreement"].item() == pytest.approx(2 / 3)  # token 1 disagrees; 4 and 5 agree (argmax 0 both)
+    assert found["teacher_entropy"].item() == pytest.approx(h_q + 2 * math.log(2))  # sums over the noisy tokens
+    assert found["agreement"].item() == 2  # token 1 disagrees; 4 and 5 agree (argmax 0 both)
     # a converged block (no student) still counts in the number of blocks
     teacher_index[0, 1] = -1
     assert consistency_loss(logits, teacher_index, block_ids).item() == pytest.approx((ce_4 + ce_5) / 2 / 2)

@@ -70,8 +70,9 @@ def consistency_loss(
 
     A soft cross entropy never goes under the teacher's own entropy: what a run logs as its consistency loss is that
     floor plus the KL a model can still remove, and only the KL says how far training has to go. So when
-    `diagnostics` is a dict, it receives, per noisy token (means over this batch's, detached): `teacher_entropy`, the
-    floor, and `agreement`, the share whose most likely token is the teacher's (what acceptance needs, at every depth).
+    `diagnostics` is a dict, it receives sums over this batch's noisy tokens (detached, so that batches and processes
+    add up; nothing when there are none): `teacher_entropy`, the floor, and `agreement`, the tokens whose most likely
+    token is the teacher's (what acceptance needs, at every depth).
 
     Args:
         logits: [B, L, V].
@@ -90,8 +91,8 @@ def consistency_loss(
     per_token = -(teacher.softmax(-1) * student.log_softmax(-1)).sum(-1)
     if diagnostics is not None:
         with torch.no_grad():
-            diagnostics["teacher_entropy"] = -(teacher.softmax(-1) * teacher.log_softmax(-1)).sum(-1).mean()
-            diagnostics["agreement"] = (student.argmax(-1) == teacher.argmax(-1)).float().mean()
+            diagnostics["teacher_entropy"] = -(teacher.softmax(-1) * teacher.log_softmax(-1)).sum(-1).sum()
+            diagnostics["agreement"] = (student.argmax(-1) == teacher.argmax(-1)).float().sum()
     if normalization == "tokens":
         return per_token.sum() / _divisor(num_items, per_token.numel())
     row_blocks = _blocks_per_row(block_ids)

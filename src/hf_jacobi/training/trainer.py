@@ -218,9 +218,18 @@ class JacobiForcingTrainer(SFTTrainer):
         metrics["ar_loss"].append(gather(autoregressive.detach()).mean().item() * shares)
         if anchor is not None:
             metrics["base_kl"].append(gather(anchor.detach()).mean().item() * shares)
-        metrics["noisy_tokens"].append(gather((teacher_index != NO_TEACHER).sum()).float().mean().item())
-        for name, value in diagnostics.items():  # the loss's floor and the argmax agreement, per noisy token
-            metrics[f"consistency_{name}"].append(gather(value).mean().item())
+        noisy = (teacher_index != NO_TEACHER).sum()
+        metrics["noisy_tokens"].append(gather(noisy).float().mean().item())
+        # the loss's floor and the argmax agreement per noisy token, over every process: one gather on every rank
+        # (a rank without noisy tokens sends zeros), so that the processes' collectives stay in step
+        zero = torch.zeros((), device=noisy.device)
+        sums = torch.stack(
+            [diagnostics.get("teacher_entropy", zero), diagnostics.get("agreement", zero), noisy.float()]
+        )
+        entropy, agreement, count = gather(sums.reshape(1, 3)).sum(0).tolist()
+        if count > 0:
+            metrics["consistency_teacher_entropy"].append(entropy / count)
+            metrics["consistency_agreement"].append(agreement / count)
         if mode == "train":
             self._total_train_tokens += gather((segment_ids != Segment.PADDING).sum()).sum().item()
             metrics["num_tokens"] = [self._total_train_tokens]
