@@ -88,10 +88,11 @@ def consistency_loss(
         return logits.sum() * 0.0  # keeps the graph (and DDP's gradient sync) intact when nothing is noisy
     student = logits[rows, cols].float()
     teacher = logits[rows, teacher_index[rows, cols]].detach().float()
-    per_token = -(teacher.softmax(-1) * student.log_softmax(-1)).sum(-1)
+    teacher_p = teacher.softmax(-1)
+    per_token = -(teacher_p * student.log_softmax(-1)).sum(-1)
     if diagnostics is not None:
         with torch.no_grad():
-            diagnostics["teacher_entropy"] = -(teacher.softmax(-1) * teacher.log_softmax(-1)).sum(-1).sum()
+            diagnostics["teacher_entropy"] = -(teacher_p * teacher.log_softmax(-1)).sum(-1).sum()
             diagnostics["agreement"] = (student.argmax(-1) == teacher.argmax(-1)).float().sum()
     if normalization == "tokens":
         return per_token.sum() / _divisor(num_items, per_token.numel())

@@ -218,15 +218,14 @@ class JacobiForcingTrainer(SFTTrainer):
         metrics["ar_loss"].append(gather(autoregressive.detach()).mean().item() * shares)
         if anchor is not None:
             metrics["base_kl"].append(gather(anchor.detach()).mean().item() * shares)
-        noisy = (teacher_index != NO_TEACHER).sum()
-        metrics["noisy_tokens"].append(gather(noisy).float().mean().item())
-        # the loss's floor and the argmax agreement per noisy token, over every process: one gather on every rank
-        # (a rank without noisy tokens sends zeros), so that the processes' collectives stay in step
+        # the noisy tokens, and the loss's floor and argmax agreement per noisy token, in one gather on every rank (a
+        # rank without noisy tokens sends zeros), so that the processes' collectives stay in step
+        noisy = (teacher_index != NO_TEACHER).sum().float()
         zero = torch.zeros((), device=noisy.device)
-        sums = torch.stack(
-            [diagnostics.get("teacher_entropy", zero), diagnostics.get("agreement", zero), noisy.float()]
-        )
-        entropy, agreement, count = gather(sums.reshape(1, 3)).sum(0).tolist()
+        sums = torch.stack([diagnostics.get("teacher_entropy", zero), diagnostics.get("agreement", zero), noisy])
+        gathered = gather(sums.reshape(1, 3))  # one row per process
+        metrics["noisy_tokens"].append(gathered[:, 2].mean().item())
+        entropy, agreement, count = gathered.sum(0).tolist()
         if count > 0:
             metrics["consistency_teacher_entropy"].append(entropy / count)
             metrics["consistency_agreement"].append(agreement / count)
