@@ -42,7 +42,7 @@ class SampleResult:
     correct: bool | None = None
     status: str = ""
     collapsed: bool = False
-    """The answer ends in a loop (`quality.answers`, `measurement.collapsed`): tokens that are cheap to accept and worth nothing."""
+    """The answer ends in a loop (`measurement.collapsed`): tokens that are cheap to accept and worth nothing."""
     common_prefix: int = 0
     """Tokens it shares with greedy's answer from the start: where a differing answer (bfloat16) first departs."""
 

@@ -31,8 +31,6 @@ DEFAULT_SETS = ("requests", CODE_TASKS, HUMANEVAL)
 tests (`hf_jacobi.data.quality_sets`), and HumanEval's 164 problems asked as users ask them, a function's signature
 and docstring to complete in a chat turn: where a model is sold for code, a loop or a wrong function there is what a
 user meets first, and the two hand-written sets ask for code in plain words only."""
-EXECUTED_SETS = (CODE_TASKS, HUMANEVAL)
-"""The sets whose answers run in the sandbox against the task's tests."""
 
 
 def code_of(answer: str, task: CodeTask | HumanEvalProblem) -> str:
