@@ -1,6 +1,6 @@
 # Development targets. Every target that runs code depends on `setup`, so a fresh clone needs one command per job.
-# The chain that builds the shipped Jacobi Forcing weights, its study, its reproduction and the CPU benchmarks of
-# docs/results/ live in recipes/smollm2-135m/Makefile: `make -f recipes/smollm2-135m/Makefile <target>` from here.
+# The recipe that builds the shipped Jacobi Forcing weights: `make -f recipes/smollm2-135m/Makefile <target>`; the
+# studies, older rounds, reproductions and CPU benchmarks behind docs/results/: `make -f lab/Makefile <target>`.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -2,7 +2,7 @@
 documented public function of the installed packages) and the `packages-source` anchor texts (the sources of the
 functions behind its train prompts). What is installed differs between machines, so the package ships the frozen
 parquet files (`hf_jacobi.data.function_prompts.package_prompt_set`, `hf_jacobi.data.anchor_texts.load_anchor_texts`),
-and this walk stays with the project: `make -f recipes/smollm2-135m/Makefile reproduce-prompts` runs it again and
+and this walk stays with the project: `make -f lab/Makefile reproduce-prompts` runs it again and
 compares."""
 
 from __future__ import annotations

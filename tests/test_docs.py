@@ -10,6 +10,7 @@ from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE_MAKEFILE = "recipes/smollm2-135m/Makefile"
+LAB_MAKEFILE = "lab/Makefile"
 
 
 figures = load_script(ROOT / "lab" / "tools" / "docs_figures.py")
@@ -64,13 +65,15 @@ def targets(makefile: str) -> set[str]:
 
 def documentation() -> dict[str, str]:
     paths = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "model_cards").glob("*.md"))]
-    paths += sorted((ROOT / "recipes").rglob("README.md"))
+    paths += sorted((ROOT / "recipes").rglob("README.md")) + sorted((ROOT / "lab").rglob("README.md"))
     return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in paths}
 
 
 def test_every_make_command_in_the_documentation_exists():
-    """`make X` names a top-level target, `make -f recipes/smollm2-135m/Makefile X` a target of the recipe Makefile."""
+    """`make X` names a top-level target, `make -f recipes/smollm2-135m/Makefile X` a target of the recipe's Makefile,
+    `make -f lab/Makefile X` one of the lab's (which includes the recipe's)."""
     top, recipe = targets("Makefile"), targets(RECIPE_MAKEFILE)
+    lab = targets(LAB_MAKEFILE) | recipe
     missing = []
     for name, page in documentation().items():
         # commands are code: fenced blocks and `inline` spans (prose such as "make a model faster" is not a command)
@@ -80,6 +83,9 @@ def test_every_make_command_in_the_documentation_exists():
         for target in re.findall(r"make -f recipes/smollm2-135m/Makefile ([a-z][a-z0-9-]*)", text):
             if target not in recipe:
                 missing.append(f"{name}: make -f {RECIPE_MAKEFILE} {target}")
+        for target in re.findall(r"make -f lab/Makefile ([a-z][a-z0-9-]*)", text):
+            if target not in lab:
+                missing.append(f"{name}: make -f {LAB_MAKEFILE} {target}")
         for target in re.findall(r"(?:^|[\s`(])make ([a-z][a-z0-9-]*)", text, flags=re.MULTILINE):
             if target not in top:
                 missing.append(f"{name}: make {target}")
@@ -91,6 +97,19 @@ def test_top_level_makefile_keeps_the_development_targets_only():
     assert len(top) <= 16, sorted(top)
     assert {"setup", "demo", "test", "docs", "docs-figures"} <= top
     assert not top & targets(RECIPE_MAKEFILE) - {"setup"}, "a target defined in both Makefiles"
+    assert not top & targets(LAB_MAKEFILE), "a target defined in both Makefiles"
+
+
+def test_recipe_makefile_names_what_each_target_builds():
+    """The recipe's Makefile stays short, and its header lists every target it defines (what each builds): the
+    studies and older rounds belong in lab/Makefile, which includes it and so must not define its targets again."""
+    text = (ROOT / RECIPE_MAKEFILE).read_text(encoding="utf-8")
+    header = text[: text.index("ifeq")]
+    recipe = targets(RECIPE_MAKEFILE) - {"setup"}
+    unlisted = sorted(t for t in recipe if not re.search(rf"^#\s+{re.escape(t)}\s", header, flags=re.MULTILINE))
+    assert not unlisted, f"targets of {RECIPE_MAKEFILE} missing from its header: {unlisted}"
+    assert len(recipe) <= 12 and len(text.splitlines()) <= 200, "the recipe's Makefile grew: studies go in lab/Makefile"
+    assert not recipe & targets(LAB_MAKEFILE), "a target defined in both the recipe's and the lab's Makefile"
 
 
 def test_every_docs_page_is_in_the_site_nav():

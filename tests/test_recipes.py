@@ -147,7 +147,7 @@ REPRODUCE_TARGETS = ["reproduce-rounds12", "reproduce-round3-collect", "reproduc
 
 @pytest.mark.parametrize("target", REPRODUCE_TARGETS)
 def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_path):
-    """The `reproduce-*` targets of recipes/smollm2-135m/Makefile check a stage against the committed outputs: every
+    """The `reproduce-*` targets of lab/Makefile check a stage against the committed outputs: every
     reference one names must be in the repo, and every re-run output it compares must be written under REPRO (never
     over the committed files)."""
     if shutil.which("make") is None:
@@ -160,7 +160,7 @@ def test_each_reproduction_target_compares_with_committed_outputs(target, tmp_pa
             "make",
             "-n",
             "-f",
-            "recipes/smollm2-135m/Makefile",
+            "lab/Makefile",
             "-o",
             ".venv/.hf_jacobi-installed",
             target,

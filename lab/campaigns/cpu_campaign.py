@@ -485,7 +485,10 @@ def write_judged(layout: Layout) -> None:
     training = training_records(layout, [r for r in runs if r != SHIPPED_RUN])
     columns = {run: _judged_columns(record) for run, record in training.items()}
     shipped = steps_label(scaling.SHIPPED_TRAINING)
-    columns[SHIPPED_RUN] = {"steps": shipped, "judged": "the package's adapter until 2026-12-06, under half an epoch"}
+    columns[SHIPPED_RUN] = {
+        "steps": shipped,
+        "judged": "the package's adapter while the campaign ran, under half an epoch",
+    }
     (layout.judged / "judged.md").write_text(judging.markdown(rows, columns))
     scaling.write_curve(rows, layout.results, training)
 

@@ -227,13 +227,11 @@ def markdown(curve: dict[str, Any]) -> str:
     note = ""
     if curve.get("reference"):
         note = (
-            " shipped: the adapter the package shipped while the campaign ran (`base-scale-kl10-step250`, until "
-            "2026-12-06), for reference (LoRA r16, 250 steps of 4 rows on 2,024 trajectories of other prompts, 1,800 "
+            " shipped: the adapter the package shipped while the campaign ran (`base-scale-kl10-step250`), for "
+            "reference (LoRA r16, 250 steps of 4 rows on 2,024 trajectories of other prompts, 1,800 "
             "of them `packages` prompts, under half an epoch)."
         )
-    return (
-        "\n".join(lines) + f"\n\nTargets (issue 62), at every quality bar: {targets}.{note}{_trend_sentence(curve)}\n"
-    )
+    return "\n".join(lines) + f"\n\nTargets, at every quality bar: {targets}.{note}{_trend_sentence(curve)}\n"
 
 
 def plot(curve: dict[str, Any], path: Path) -> Path:

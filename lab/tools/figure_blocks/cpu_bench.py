@@ -120,8 +120,8 @@ REPAIR_PATHS = f"{JF}/bench-repair-paths/bench.json"
 SHIPPED_PATHS = f"{JF}/bench-base-scale-paths/bench.json"
 RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
 PATHS_HELDOUT = f"{JF}/paths-heldout-base-scale/bench.json"
-PATHS_SECOND = f"{JF}/paths-heldout-second-sitting/bench.json"
-PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-sitting/first-sitting-code/bench.json"
+PATHS_SECOND = f"{JF}/paths-heldout-second-machine/bench.json"
+PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-machine/earlier-code/bench.json"
 PATHS_SHORT_CHAIN = f"{JF}/paths-heldout-short-chain/bench.json"
 PATHS_COMPILED = "Jacobi recycling n=8 (compiled static cache in 5 widths)"
 """The shipped default on the compiled static cache, the CPU's default widths: its row in every `paths-heldout`."""
@@ -160,7 +160,7 @@ def bench_md_paths_heldout(page: Page) -> str:
     return _bench_paths(page, PATHS_HELDOUT)
 
 
-@block("bench-md-paths-second-sitting")
+@block("bench-md-paths-second-machine")
 def bench_md_paths_second_run(page: Page) -> str:
     """`paths-heldout` run a second time, on another machine of the CI's kind, with newer code."""
     return _bench_paths(page, PATHS_SECOND)
@@ -201,7 +201,7 @@ def short_chain_verdict(page: Page) -> str:
     )
 
 
-@block("paths-sittings")
+@block("paths-machines")
 def paths_runs(page: Page) -> str:
     """What the two runs of `paths-heldout` gave, and the first run's code timed in the second."""
 
@@ -216,8 +216,8 @@ def paths_runs(page: Page) -> str:
         )
 
     return (
-        f"first sitting: {figures(PATHS_HELDOUT)}; second sitting, today's code: {figures(PATHS_SECOND)}; second "
-        f"sitting, the first sitting's code: {figures(PATHS_SECOND_OLD_CODE)} "
+        f"first machine: {figures(PATHS_HELDOUT)}; second machine, the newer code: {figures(PATHS_SECOND)}; second "
+        f"machine, the first run's code: {figures(PATHS_SECOND_OLD_CODE)} "
         f"({page.ref(PATHS_SECOND_OLD_CODE, 'bench.json')}, how it was run: "
         f"{page.ref(PATHS_SECOND_OLD_CODE.replace('bench.json', 'README.md'), 'README')})."
     )
