@@ -146,3 +146,17 @@ def test_a_folder_refuses_to_resume_with_other_settings_or_another_model(prompts
     # a library caller that names no model resumes the folder (nothing is left to collect)
     collect_trajectories(model, tiny_tokenizer(), one, tmp_path, **SETTINGS)
     assert len(load_trajectories(tmp_path)) == 1
+
+
+def test_shards_are_written_with_zstandard(prompts, tmp_path):
+    """Trajectory folders are kept and committed: every shard a collection writes is Zstandard-compressed."""
+    import pyarrow.parquet as pq
+
+    collect_trajectories(tiny_model("llama"), tiny_tokenizer(), prompts.select(range(2)), tmp_path, **SETTINGS)
+    shards = sorted(tmp_path.glob("trajectories-*.parquet"))
+    assert shards
+    for shard in shards:
+        metadata = pq.ParquetFile(shard).metadata
+        codecs = {metadata.row_group(g).column(c).compression for g in range(metadata.num_row_groups)
+                  for c in range(metadata.num_columns)}  # fmt: skip
+        assert codecs == {"ZSTD"}, (shard.name, codecs)
