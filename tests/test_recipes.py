@@ -207,3 +207,17 @@ def test_steps_take_every_flag_dashed_as_the_other_commands_do(step, tmp_path):
         "evaluate": {"max_new_tokens": 5, "output_file": "out.json", "settings": ["plain"]},
     }[step]
     assert {name: parsed[name] for name in expected} == expected
+
+
+def test_the_working_tree_stays_light():
+    """What is committed is what ships and what it was trained on: the tracked files stay under 50 MB (a user clones
+    them to try `make demo`), and no resume checkpoint (optimizer states, checkpoint-N folders) is tracked."""
+    root = RECIPES.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout.split(b"\0")
+    paths = [root / f.decode() for f in files if f]
+    total = sum(p.stat().st_size for p in paths if p.is_file())
+    assert total < 50e6, f"the tracked files hold {total / 1e6:.1f} MB; heavy data leaves with data/ARCHIVED.json"
+    checkpoints = [str(p.relative_to(root)) for p in paths if p.name == "optimizer.pt" or "/checkpoint-" in str(p)]
+    assert not checkpoints, f"resume checkpoints are tracked: {checkpoints[:5]}"
