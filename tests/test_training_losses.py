@@ -34,6 +34,20 @@ def test_consistency_loss_by_hand():
     tokens = (ce_1 + ce_4 + ce_5) / 3
     assert consistency_loss(logits, teacher_index, block_ids, "blocks").item() == pytest.approx(blocks)
     assert consistency_loss(logits, teacher_index, block_ids, "tokens").item() == pytest.approx(tokens)
+    # the reference code's: the row's token mean divided by its 2 blocks (then the mean over rows: one here)
+    assert consistency_loss(logits, teacher_index, block_ids, "reference").item() == pytest.approx(tokens / 2)
+    # hard targets: the teacher's most likely token (0 at every teacher here), or the fixed point's where given
+    hard = (-math.log(0.25) + math.log(2) - math.log(0.75)) / 3
+    assert consistency_loss(logits, teacher_index, block_ids, "tokens", targets="fixed_point").item() == pytest.approx(
+        hard
+    )
+    fixed_points = torch.full((1, 8), IGNORE_INDEX)
+    fixed_points[0, 3] = 1  # token 3 (token 1's teacher) predicts token 1: student p(1) = 3/4
+    hard_known = (-math.log(0.75) + math.log(2) - math.log(0.75)) / 3
+    found_hard = consistency_loss(
+        logits, teacher_index, block_ids, "tokens", targets="fixed_point", fixed_points=fixed_points
+    )
+    assert found_hard.item() == pytest.approx(hard_known)
     # the diagnostics: the teachers' entropy (the floor of the soft cross entropy) and the argmax agreement
     found: dict[str, torch.Tensor] = {}
     assert consistency_loss(logits, teacher_index, block_ids, "tokens", diagnostics=found).item() == pytest.approx(
@@ -88,6 +102,7 @@ def test_loss_items_count_targets_and_blocks_or_students_over_all_micro_batches(
     # without the collator's `anchored`, the anchor reads the AR targets' tokens
     assert tuple(LossItems.count([first, second], "blocks")) == (5, 4, 5)  # blocks: 2 + 1 in the first batch, 1
     assert tuple(LossItems.count([first, second], "tokens")) == (5, 2, 5)  # students: 1 and 1
+    assert tuple(LossItems.count([first, second], "reference")) == (5, 3, 5)  # rows with a block: 2 and 1
     # an anchor text (no AR target, no block) adds anchored predictions only
     text = {
         "ar_targets": torch.full((1, 4), IGNORE_INDEX),
@@ -98,8 +113,11 @@ def test_loss_items_count_targets_and_blocks_or_students_over_all_micro_batches(
     assert tuple(LossItems.count([first, text], "blocks")) == (4, 3, 7)
 
 
-@pytest.mark.parametrize("normalization", ["blocks", "tokens"])
-def test_gradient_accumulation_gives_the_update_of_one_large_batch(tmp_path, normalization):
+@pytest.mark.parametrize(
+    ("normalization", "targets"),
+    [("blocks", "soft"), ("tokens", "soft"), ("reference", "soft"), ("blocks", "fixed_point")],
+)
+def test_gradient_accumulation_gives_the_update_of_one_large_batch(tmp_path, normalization, targets):
     # rows of different lengths, blocks and noise: a mean per micro-batch would weigh the items of short rows more
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -121,6 +139,7 @@ def test_gradient_accumulation_gives_the_update_of_one_large_batch(tmp_path, nor
             learning_rate=1.0,  # with plain SGD the update is the gradient itself
             max_grad_norm=0.0,
             consistency_normalization=normalization,
+            consistency_targets=targets,
             noise_schedule="random",
         )
         trainer = JacobiForcingTrainer(model, args=args, train_dataset=trajectories, processing_class=tiny_tokenizer())

@@ -7,7 +7,7 @@ from typing import Any
 
 from trl import SFTConfig
 
-from .losses import CONSISTENCY_NORMALIZATIONS
+from .losses import CONSISTENCY_NORMALIZATIONS, CONSISTENCY_TARGETS
 from .schedule import NOISE_SCHEDULES
 
 
@@ -38,8 +38,11 @@ class JacobiForcingConfig(SFTConfig):
             more forward (without gradient) per micro-batch, and for full fine-tuning a second copy of the weights.
         consistency_normalization (`str`, *optional*, defaults to `"blocks"`):
             "blocks": average over each block's noisy tokens, then over blocks; "tokens": average over all noisy
-            tokens. Neither is the reference code's, which averages over the noisy tokens, then divides by the number of
-            blocks.
+            tokens; "reference": the reference code's, each row's average over its noisy tokens divided by its number
+            of blocks, then the average over rows (a row's consistency weighs 1/blocks of its AR loss there).
+        consistency_targets (`str`, *optional*, defaults to `"soft"`):
+            "soft": the paper's soft cross entropy to the clean prediction's whole distribution; "fixed_point": cross
+            entropy to the fixed point's token alone, the one token acceptance depends on.
         prompt_ar_loss (`bool`, *optional*, defaults to `True`):
             Whether prompt tokens also get next-token loss, as in the reference.
         stop_after_steps (`int` or `None`, *optional*, defaults to `None`):
@@ -89,6 +92,13 @@ class JacobiForcingConfig(SFTConfig):
         metadata={
             "help": "'blocks': mean over each block's noisy tokens, then over blocks; 'tokens': mean over all.",
             "choices": list(CONSISTENCY_NORMALIZATIONS),
+        },
+    )
+    consistency_targets: str = field(
+        default="soft",
+        metadata={
+            "help": "'soft': the clean prediction's distribution; 'fixed_point': the fixed point's token alone.",
+            "choices": list(CONSISTENCY_TARGETS),
         },
     )
     prompt_ar_loss: bool = field(default=True, metadata={"help": "Whether prompt tokens get next-token loss."})
@@ -147,6 +157,10 @@ class JacobiForcingConfig(SFTConfig):
             raise ValueError(
                 f"consistency_normalization must be one of {list(CONSISTENCY_NORMALIZATIONS)}, "
                 f"got {self.consistency_normalization!r}."
+            )
+        if self.consistency_targets not in CONSISTENCY_TARGETS:
+            raise ValueError(
+                f"consistency_targets must be one of {list(CONSISTENCY_TARGETS)}, got {self.consistency_targets!r}."
             )
         if not self.ar_loss_weight >= 0:
             raise ValueError(f"ar_loss_weight must be >= 0, got {self.ar_loss_weight!r}.")

@@ -29,7 +29,8 @@ IGNORE_INDEX = -100
 NO_TEACHER = -1
 """`teacher_index` value of a token that gets no consistency loss."""
 
-CONSISTENCY_NORMALIZATIONS = ("blocks", "tokens")
+CONSISTENCY_NORMALIZATIONS = ("blocks", "tokens", "reference")
+CONSISTENCY_TARGETS = ("soft", "fixed_point")
 
 
 class LossItems(NamedTuple):
@@ -37,7 +38,7 @@ class LossItems(NamedTuple):
 
     `ar`: tokens with a next-token target (`ar_targets != IGNORE_INDEX`). `consistency`: with "blocks"
     normalization, the packed blocks (converged ones included: they count as blocks the model already gets right);
-    with "tokens", the noisy tokens that have a teacher. `anchored`: the predictions the KL anchor reads (the
+    with "tokens", the noisy tokens that have a teacher; with "reference", the rows that hold a block. `anchored`: the predictions the KL anchor reads (the
     collator's `anchored`: the AR targets' tokens, plus every token of an anchor text).
     """
 
@@ -52,6 +53,8 @@ class LossItems(NamedTuple):
             ar = ar + (batch["ar_targets"] != IGNORE_INDEX).sum()
             if normalization == "tokens":
                 consistency = consistency + (batch["teacher_index"] != NO_TEACHER).sum()
+            elif normalization == "reference":
+                consistency = consistency + (_blocks_per_row(batch["block_ids"]) > 0).sum()
             else:
                 consistency = consistency + _blocks_per_row(batch["block_ids"]).sum()
             anchored = anchored + batch.get("anchored", batch["ar_targets"] != IGNORE_INDEX).sum()
@@ -65,8 +68,15 @@ def consistency_loss(
     normalization: str = "blocks",
     num_items: torch.Tensor | int | None = None,
     diagnostics: dict[str, torch.Tensor] | None = None,
+    targets: str = "soft",
+    fixed_points: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Soft cross entropy of the student logits against the detached teacher distribution.
+    """Soft cross entropy of the student logits against the detached teacher distribution (`targets="soft"`), or
+    cross entropy against the fixed point's token alone (`"fixed_point"`).
+
+    Acceptance needs only the student's most likely token to be the fixed point's; the soft target also asks it to
+    copy the teacher's whole distribution, whose entropy a small model's clean predictions keep high. The hard target
+    puts all of the gradient on the token that decides acceptance, at the price of the teacher's ranking of the rest.
 
     A soft cross entropy never goes under the teacher's own entropy: what a run logs as its consistency loss is that
     floor plus the KL a model can still remove, and only the KL says how far training has to go. So when
@@ -80,8 +90,13 @@ def consistency_loss(
         block_ids: [B, L], block number of each token (NO_BLOCK outside blocks); says how many blocks each row packed.
         normalization: "blocks": the mean over each block's student tokens, summed over blocks and
             divided by the number of blocks, converged ones included; "tokens": summed over student tokens and divided
-            by their number.
-        num_items: that number of blocks or tokens over the whole accumulated batch; None counts this batch's.
+            by their number; "reference": as the reference code (batch 1): each row's mean over its student tokens,
+            divided by the row's number of blocks, then the mean over rows.
+        num_items: that number of blocks, tokens or rows over the whole accumulated batch; None counts this batch's.
+        targets: "soft" or "fixed_point" (see above).
+        fixed_points: [B, L], with "fixed_point": the token each clean position predicts (the AR targets, aligned);
+            where it holds IGNORE_INDEX (or is None), the teacher's most likely token, which is the fixed point's
+            wherever the forward is exact.
     """
     rows, cols = (teacher_index != NO_TEACHER).nonzero(as_tuple=True)
     if rows.numel() == 0:
@@ -89,7 +104,14 @@ def consistency_loss(
     student = logits[rows, cols].float()
     teacher = logits[rows, teacher_index[rows, cols]].detach().float()
     teacher_p = teacher.softmax(-1)
-    per_token = -(teacher_p * student.log_softmax(-1)).sum(-1)
+    if targets == "fixed_point":
+        hard = teacher.argmax(-1)
+        if fixed_points is not None:
+            known = fixed_points[rows, teacher_index[rows, cols]]
+            hard = torch.where(known != IGNORE_INDEX, known, hard)
+        per_token = F.cross_entropy(student, hard, reduction="none")
+    else:
+        per_token = -(teacher_p * student.log_softmax(-1)).sum(-1)
     if diagnostics is not None:
         with torch.no_grad():
             diagnostics["teacher_entropy"] = -(teacher_p * teacher.log_softmax(-1)).sum(-1).sum()
@@ -97,6 +119,12 @@ def consistency_loss(
     if normalization == "tokens":
         return per_token.sum() / _divisor(num_items, per_token.numel())
     row_blocks = _blocks_per_row(block_ids)
+    if normalization == "reference":
+        batch = block_ids.shape[0]
+        sums = torch.zeros(batch, device=logits.device).index_add(0, rows, per_token)
+        counts = torch.zeros(batch, device=logits.device).index_add(0, rows, torch.ones_like(per_token))
+        per_row = sums / counts.clamp(min=1) / row_blocks.clamp(min=1)
+        return per_row.sum() / _divisor(num_items, int((row_blocks > 0).sum()))
     offsets = row_blocks.cumsum(0) - row_blocks
     group = offsets[rows] + block_ids[rows, cols]  # one slot per (row, block)
     total = int(row_blocks.sum())

@@ -42,7 +42,7 @@ def recipe_markdown(args: JacobiForcingConfig, model: Any) -> str:
     """The settings that define this run, as the card's recipe section."""
     lines = [
         f"noise schedule `{args.noise_schedule}` (window {args.noise_window}), AR loss weight {args.ar_loss_weight}, "
-        f"consistency normalized per {args.consistency_normalization}"
+        f"consistency ({args.consistency_targets} targets) normalized per {args.consistency_normalization}"
         + (f", KL to the base model weight {args.base_kl_weight}" if args.base_kl_weight > 0 else ""),
         f"learning rate {args.learning_rate} ({args.lr_scheduler_type}, warmup ratio {args.warmup_ratio}), "
         f"{args.num_train_epochs} epochs, batch {args.per_device_train_batch_size} x "

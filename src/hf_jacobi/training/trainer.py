@@ -195,6 +195,8 @@ class JacobiForcingTrainer(SFTTrainer):
             self.args.consistency_normalization,
             items.consistency if items is not None else None,
             diagnostics,
+            self.args.consistency_targets,
+            ar_targets,
         )
         autoregressive = ar_loss(outputs.logits, ar_targets, items.ar if items is not None else None)
         anchor = None
