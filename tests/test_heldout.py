@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import datasets
 import pytest
@@ -122,3 +123,41 @@ def test_bad_settings_are_refused():
         HeldOutSpeedCallback([[1, 2]], {"plain": JacobiConfig()}, every_steps=0, max_new_tokens=4)
     with pytest.raises(ValueError, match="at least one prompt"):
         HeldOutSpeedCallback([], {"plain": JacobiConfig()}, every_steps=1, max_new_tokens=4)
+
+
+def test_eval_trajectories_give_the_probe_on_held_out_prompts_and_bad_ones_are_refused(tmp_path, capsys):
+    from hf_jacobi.cli import main
+
+    tokenizer = tiny_tokenizer()
+    model = fresh_tiny_model("llama")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    settings = dict(block_size=4, max_new_tokens=12, batch_size=2, progress=False)
+    collect_trajectories(model, tokenizer, _prompts(4, 0), tmp_path / "t", **settings)
+    collect_trajectories(model, tokenizer, _prompts(3, 50), tmp_path / "e", **settings)
+    base = [
+        "train", "--model_name_or_path", str(tmp_path / "model"), "--trajectories", str(tmp_path / "t"),
+        "--max_steps", "2", "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--use_cpu", "true",
+        "--bf16", "false", "--report_to", "none", "--save_strategy", "no", "--noise_window", "4",
+    ]  # fmt: skip
+    evaluated = ["--eval_trajectories", str(tmp_path / "e"), "--eval_strategy", "steps", "--eval_steps", "1"]
+    assert main([*base, "--output_dir", str(tmp_path / "o"), *evaluated]) == 0
+    history = json.loads((tmp_path / "o" / "trainer_state.json").read_text())["log_history"]
+    probed = [entry for entry in history if "eval_probe/tokens_per_iteration" in entry]
+    assert [entry["step"] for entry in probed] == [1, 2]
+    assert [entry["step"] for entry in history if "eval_loss" in entry] == [1, 2]
+    # refused before any training: no eval schedule, an eval set that shares a prompt with training, two eval sets
+    refusals = [
+        (["--eval_trajectories", str(tmp_path / "e")], "set eval_strategy"),
+        (
+            ["--eval_trajectories", str(tmp_path / "t"), "--eval_strategy", "steps"],
+            "4 prompt\\(s\\) the run also trains",
+        ),
+        ([*evaluated, "--eval_fraction", "0.5"], "both choose the eval set"),
+        (["--eval_trajectory_prompts", "packages"], "needs eval_trajectories"),
+    ]
+    for flags, message in refusals:
+        capsys.readouterr()
+        assert main([*base, "--output_dir", str(tmp_path / "refused"), *flags]) == 1
+        assert re.search(message, capsys.readouterr().err), (flags, message)
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())

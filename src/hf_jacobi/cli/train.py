@@ -64,6 +64,24 @@ class TrainScriptArguments:
         },
     )
     eval_fraction: float = field(default=0.0, metadata={"help": "Share of trajectories held out for evaluation."})
+    eval_trajectories: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Folder(s) of trajectories of other prompts to evaluate on at every eval (the eval loss and the "
+            "acceptance probe's eval_probe/... figures; set eval_strategy): a fixed held-out set, where eval_fraction "
+            "takes one out of the training data"
+        },
+    )
+    eval_trajectory_prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Only the trajectories of this prompt source's prompts (as --trajectory_prompts, split "
+            "--trajectory_prompt_split) in --eval_trajectories (default: all)"
+        },
+    )
+    num_eval_trajectory_prompts: int | None = field(
+        default=None, metadata={"help": "Only the first N prompts of --eval_trajectory_prompts (default: all)."}
+    )
     init_adapter: str | None = field(
         default=None,
         metadata={
@@ -103,6 +121,20 @@ class TrainScriptArguments:
             self.trajectory_prompts = [self.trajectory_prompts]
         if isinstance(self.num_trajectory_prompts, int):
             self.num_trajectory_prompts = [self.num_trajectory_prompts]
+        if isinstance(self.eval_trajectories, str):
+            self.eval_trajectories = [self.eval_trajectories]
+        if self.eval_trajectories and self.eval_fraction:
+            raise ValueError(
+                f"eval_trajectories={self.eval_trajectories} and eval_fraction={self.eval_fraction} both choose the "
+                "eval set: set one of them."
+            )
+        if self.eval_trajectory_prompts is not None and not self.eval_trajectories:
+            raise ValueError(f"eval_trajectory_prompts={self.eval_trajectory_prompts!r} needs eval_trajectories.")
+        if self.num_eval_trajectory_prompts is not None and self.eval_trajectory_prompts is None:
+            raise ValueError(
+                f"num_eval_trajectory_prompts={self.num_eval_trajectory_prompts} needs eval_trajectory_prompts: the "
+                "prompt source it counts in."
+            )
         if self.num_anchor_texts is not None and self.anchor_texts is None:
             raise ValueError(f"num_anchor_texts={self.num_anchor_texts} needs anchor_texts: the texts it counts in.")
         if self.num_anchor_texts is not None and self.num_anchor_texts < 1:
@@ -133,6 +165,27 @@ class TrainScriptArguments:
         return select_trajectories(
             dataset, wanted, f"{' + '.join(map(repr, self.trajectory_prompts))} ({self.trajectory_prompt_split})"
         )
+
+    def load_eval(self, train: datasets.Dataset) -> datasets.Dataset | None:
+        """The `--eval_trajectories` (those of `--eval_trajectory_prompts` where named), or None; refused where a
+        prompt is also one the run trains on, since an eval on training prompts says nothing of held-out ones."""
+        if not self.eval_trajectories:
+            return None
+        dataset = load_trajectories(self.eval_trajectories)
+        if self.eval_trajectory_prompts is not None:
+            wanted = load_prompts(
+                self.eval_trajectory_prompts,
+                split=self.trajectory_prompt_split,
+                limit=self.num_eval_trajectory_prompts,
+            )["prompt_id"]
+            dataset = select_trajectories(dataset, list(wanted), repr(self.eval_trajectory_prompts))
+        shared = sorted(set(dataset["prompt_id"]) & set(train["prompt_id"]))
+        if shared:
+            raise ValueError(
+                f"--eval_trajectories {' '.join(self.eval_trajectories)} hold {len(shared)} prompt(s) the run also "
+                f"trains on (e.g. {shared[0]!r}): evaluate on prompts it does not train on."
+            )
+        return dataset
 
     def load_anchor_texts(self, base_kl_weight: float) -> datasets.Dataset | None:
         """The `--anchor_texts` (the first `--num_anchor_texts`), or None; read before the model loads, so that a bad
@@ -233,13 +286,19 @@ def run_train(argv: list[str]) -> int:
     # bad data, a folder without the prompts asked for, or an adapter the run cannot continue is reported before the
     # model loads
     dataset = script_args.load()
+    eval_dataset = script_args.load_eval(dataset)
+    if eval_dataset is not None and training_args.eval_strategy == "no":
+        raise ValueError("eval_trajectories are read at each evaluation: set eval_strategy (steps or epoch).")
     anchor_texts = script_args.load_anchor_texts(training_args.base_kl_weight)
     heldout_prompts = script_args.load_heldout_prompts()
     peft_config = get_peft_config(model_args)
     script_args.check_init_adapter(peft_config)
     model, tokenizer = load_model_and_tokenizer(model_args, eval_mode=False)
     check_trajectories(dataset, model, script_args, model_args.model_name_or_path)
-    eval_dataset = None
+    if eval_dataset is not None:
+        check_trajectories(
+            eval_dataset, model, script_args, model_args.model_name_or_path, script_args.eval_trajectories
+        )
     if script_args.eval_fraction:
         if not 0 < script_args.eval_fraction < 1:
             raise ValueError(f"eval_fraction must be in (0, 1), got {script_args.eval_fraction}.")

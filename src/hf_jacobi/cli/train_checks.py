@@ -21,12 +21,15 @@ OTHER_MODEL_FLAG = "--trajectories_of_another_model"
 """The flag that trains on trajectories another model collected, knowingly (e.g. a fine-tuned sibling's)."""
 
 
-def check_trajectories(dataset: datasets.Dataset, model: Any, script_args: Any, name: str | None) -> None:
-    """Both checks below, on `hf-jacobi train`'s `--trajectories` (the identity one unless
+def check_trajectories(
+    dataset: datasets.Dataset, model: Any, script_args: Any, name: str | None, folders: list[str] | None = None
+) -> None:
+    """Both checks below, on `hf-jacobi train`'s `--trajectories` or the `folders` given (the identity one unless
     `--trajectories_of_another_model`)."""
-    check_token_ids(dataset, model, script_args.trajectories, name)
+    folders = script_args.trajectories if folders is None else folders
+    check_token_ids(dataset, model, folders, name)
     if not script_args.trajectories_of_another_model:
-        check_trajectory_model(model, script_args.trajectories, name)
+        check_trajectory_model(model, folders, name)
 
 
 def check_token_ids(dataset: datasets.Dataset, model: Any, folders: list[str], name: str | None) -> None:
