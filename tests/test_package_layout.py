@@ -8,6 +8,7 @@ module runs by path (the sandbox's child script). A module reached only from lab
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,3 +177,24 @@ def test_the_public_import_check_sees_an_internal_name(tmp_path: Path) -> None:
         "hf_jacobi.loading",
         "hf_jacobi.not_public_name",
     }
+
+
+def opening_sentence(path: Path) -> str | None:
+    """A module docstring's first sentence, whitespace folded."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    return " ".join(re.split(r"(?<=\.)\s", doc.strip(), maxsplit=1)[0].split()) if doc else None
+
+
+def test_no_two_modules_open_with_the_same_sentence() -> None:
+    """A sentence shared by two modules' openings says they hold one concept twice (one home per command)."""
+    seen: dict[str, list[str]] = {}
+    for name, path in sorted(package_modules().items()):
+        if (sentence := opening_sentence(path)) is not None:
+            seen.setdefault(sentence, []).append(name)
+    assert not {s: names for s, names in seen.items() if len(names) > 1}
+
+
+def test_the_opening_sentence_check_sees_a_shared_one(tmp_path: Path) -> None:
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text('"""Pushes a folder to the Hub.\n\nMore.\n"""\n', encoding="utf-8")
+    assert opening_sentence(tmp_path / "a.py") == opening_sentence(tmp_path / "b.py") == "Pushes a folder to the Hub."
