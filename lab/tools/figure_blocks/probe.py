@@ -6,7 +6,6 @@ from __future__ import annotations
 from .core import RESULTS, Page, block, load
 
 VALIDATION = "probe/validation.json"
-OVERFIT = "probe/overfit.json"
 
 
 @block("probe-validation")
@@ -40,21 +39,34 @@ def probe_validation(page: Page) -> str:
 
 @block("probe-overfit")
 def probe_overfit(page: Page) -> str:
-    """The overfit check's figures before and after training, with its settings."""
-    if not (RESULTS / OVERFIT).is_file():
+    """One row per run of the overfit check (every probe/overfit*.json, by epochs): the figures before and after
+    training, its settings under the table."""
+    paths = sorted((RESULTS / "probe").glob("overfit*.json"))
+    if not paths:
         return "not measured yet"
-    report = load(OVERFIT)
-    before, after, settings = report["before"], report["after"], report["settings"]
-    own = after.get("probe_own_states", {})
+    reports = sorted(((p, load(str(p.relative_to(RESULTS)))) for p in paths), key=lambda r: r[1]["settings"]["epochs"])
+    lines = [
+        "| epochs | steps | depth-0 rate on the training states | probe: tokens/iteration on them | plain Jacobi: "
+        "tokens/forward on the same prompts | identical to greedy | probe on its own states (depth 0) | file |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for path, report in reports:
+        before, after, settings = report["before"], report["after"], report["settings"]
+        own = after.get("probe_own_states", {})
+        steps = round(settings["epochs"] * settings["prompts"] * settings["drafts"] / settings["train_batch_size"])
+        lines.append(
+            f"| {settings['epochs']:g} | {steps} | {before['probe']['rates_by_depth'][0]:.2f} -> "
+            f"{after['probe']['rates_by_depth'][0]:.2f} | {before['probe']['tokens_per_iteration']:.2f} -> "
+            f"{after['probe']['tokens_per_iteration']:.2f} | {before['plain']['tokens_per_forward']:.2f} -> "
+            f"{after['plain']['tokens_per_forward']:.2f} | {after['plain']['identical_to_greedy']} of "
+            f"{after['plain']['prompts']} | {own.get('tokens_per_iteration', float('nan')):.2f} "
+            f"({(own.get('rates_by_depth') or [float('nan')])[0]:.2f}) | {page.ref(str(path.relative_to(RESULTS)))} |"
+        )
+    settings = reports[0][1]["settings"]
     return (
-        f"{settings['prompts']} `packages` training prompts x {settings['drafts']} drafts, block "
-        f"{settings['block_size']}, {settings['epochs']} epochs at learning rate {settings['learning_rate']} (full "
-        f"fine-tune, no anchor, every block noised): depth-0 rate on the training states "
-        f"{before['probe']['rates_by_depth'][0]:.2f} -> {after['probe']['rates_by_depth'][0]:.2f}, the probe's tokens "
-        f"per iteration {before['probe']['tokens_per_iteration']:.2f} -> {after['probe']['tokens_per_iteration']:.2f}, "
-        f"plain Jacobi on the same prompts {before['plain']['tokens_per_forward']:.2f} -> "
-        f"{after['plain']['tokens_per_forward']:.2f} tokens per forward ({after['plain']['identical_to_greedy']} of "
-        f"{after['plain']['prompts']} answers identical to greedy); on its own states after training the probe reads "
-        f"{own.get('tokens_per_iteration', float('nan')):.2f} tokens per iteration (depth 0: "
-        f"{(own.get('rates_by_depth') or [float('nan')])[0]:.2f}). File: {page.ref(OVERFIT)}"
+        "\n".join(lines)
+        + f"\n\n{settings['prompts']} `packages` training prompts x {settings['drafts']} drafts, block "
+        f"{settings['block_size']}, {settings['train_batch_size']} rows a step at learning rate "
+        f"{settings['learning_rate']} (constant; full fine-tune, no anchor, every block noised); a longer run resumes "
+        "the shorter one's last checkpoint."
     )
