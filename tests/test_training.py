@@ -573,6 +573,8 @@ def test_trainer_validates_its_inputs(tmp_path, trajectories, caplog):
         config(tmp_path, consistency_normalization="sum")
     with pytest.raises(ValueError, match=r"consistency_targets must be one of \['soft', 'fixed_point'\], got 'hard'"):
         config(tmp_path, consistency_targets="hard")
+    with pytest.raises(ValueError, match=r"noisy_past must be one of \['noisy', 'clean'\], got 'mixed'"):
+        config(tmp_path, noisy_past="mixed")
     with pytest.raises(ValueError, match=r"base_kl_weight must be >= 0 \(0 turns the anchor off\), got -1"):
         config(tmp_path, base_kl_weight=-1)
     with pytest.raises(ValueError, match="remove_unused_columns"):

@@ -249,6 +249,47 @@ def test_noise_aware_mask_by_hand():
     assert windowed[6].int().tolist() == [0, 0, 0, 1, 0, 0, 1, 0, 0]
 
 
+def test_clean_past_mask_by_hand():
+    # CLLM's view: a noisy block sees the prompt, the clean blocks before it and itself, never another noisy block
+    segments = torch.tensor([[PROMPT, PROMPT, NOISY, NOISY, CLEAN, CLEAN, NOISY, CLEAN, PAD]])
+    blocks = torch.tensor([[-1, -1, 0, 0, 0, 0, 1, 1, -1]])
+    allowed = noise_aware_mask(segments, blocks, noisy_past="clean")[0].int().tolist()
+    assert allowed == [
+        [1, 0, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0, 0, 0],  # k_0
+        [1, 1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 1, 0, 0, 0, 0],  # c_0
+        [1, 1, 0, 0, 1, 1, 0, 0, 0],
+        [1, 1, 0, 0, 1, 1, 1, 0, 0],  # k_1: prompt, c_0, itself; not k_0
+        [1, 1, 0, 0, 1, 1, 0, 1, 0],  # c_1: as in the noise-aware mask
+        [1, 1, 0, 0, 0, 0, 0, 0, 1],
+    ]
+    with pytest.raises(ValueError, match="noisy_past='clean' needs block_ids"):
+        noise_aware_mask(segments, noisy_past="clean")
+    with pytest.raises(ValueError, match=r"noisy_past must be one of \['noisy', 'clean'\], got 'none'"):
+        noise_aware_mask(segments, blocks, noisy_past="none")
+
+
+def test_under_a_clean_past_a_noisy_block_does_not_read_the_noisy_blocks_before_it():
+    model = tiny_model("llama")
+    rows = [trajectory("a", [5, 6, 7], [[10, 11, 12, 13], [14, 15, 16, 17], [18, 19, 20, 21]])]
+    batch = JacobiForcingCollator(PAD, noise_schedule="random", noise_window=3, seed=1)(rows)
+    noisy = (batch["segment_ids"][0] == NOISY).nonzero().flatten().tolist()
+    first = [i for i in noisy if batch["block_ids"][0, i] == 0]
+    later = [i for i in noisy if batch["block_ids"][0, i] > 0]
+    changed = batch["input_ids"].clone()
+    changed[0, first] = 99  # block 0's noisy tokens only
+
+    def logits(ids, past):
+        mask = NoiseAwareMask(noisy_past=past)(batch["segment_ids"], batch["position_ids"], batch["block_ids"])
+        with torch.no_grad():
+            return model(input_ids=ids, position_ids=batch["position_ids"], attention_mask=mask).logits[0]
+
+    torch.testing.assert_close(logits(changed, "clean")[later], logits(batch["input_ids"], "clean")[later])
+    assert not torch.allclose(logits(changed, "noisy")[later], logits(batch["input_ids"], "noisy")[later])
+
+
 def test_noise_aware_mask_refuses_flash_attention():
     model = tiny_model("llama")
     assert NoiseAwareMask.for_model(model) == NoiseAwareMask(AttentionLayout.from_config(model.config), torch.float32)
@@ -403,4 +444,16 @@ def test_flex_attention_block_mask_gives_the_same_logits():
         ).logits
         got = flex(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=block_masks).logits
     real = batch["segment_ids"] != PAD_SEGMENT
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-4, atol=1e-4)
+    # and CLLM's clean past, which reads the block numbers too
+    ids = batch["block_ids"]
+    clean = noise_aware_block_mask(batch["segment_ids"], batch["position_ids"], layout, ids, noisy_past="clean")
+    additive = training_attention_mask(
+        batch["segment_ids"], batch["position_ids"], torch.float32, layout, ids, "clean"
+    )
+    with torch.no_grad():
+        expected = sdpa(
+            input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=additive
+        ).logits
+        got = flex(input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=clean).logits
     torch.testing.assert_close(got[real], expected[real], rtol=1e-4, atol=1e-4)

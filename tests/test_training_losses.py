@@ -114,10 +114,11 @@ def test_loss_items_count_targets_and_blocks_or_students_over_all_micro_batches(
 
 
 @pytest.mark.parametrize(
-    ("normalization", "targets"),
-    [("blocks", "soft"), ("tokens", "soft"), ("reference", "soft"), ("blocks", "fixed_point")],
-)
-def test_gradient_accumulation_gives_the_update_of_one_large_batch(tmp_path, normalization, targets):
+    ("normalization", "targets", "past"),
+    [("blocks", "soft", "noisy"), ("tokens", "soft", "noisy"), ("reference", "soft", "noisy"),
+     ("blocks", "fixed_point", "clean")],
+)  # fmt: skip
+def test_gradient_accumulation_gives_the_update_of_one_large_batch(tmp_path, normalization, targets, past):
     # rows of different lengths, blocks and noise: a mean per micro-batch would weigh the items of short rows more
     gen = torch.Generator().manual_seed(0)
     rows = []
@@ -140,6 +141,7 @@ def test_gradient_accumulation_gives_the_update_of_one_large_batch(tmp_path, nor
             max_grad_norm=0.0,
             consistency_normalization=normalization,
             consistency_targets=targets,
+            noisy_past=past,
             noise_schedule="random",
         )
         trainer = JacobiForcingTrainer(model, args=args, train_dataset=trajectories, processing_class=tiny_tokenizer())

@@ -8,6 +8,7 @@ from typing import Any
 from trl import SFTConfig
 
 from .losses import CONSISTENCY_NORMALIZATIONS, CONSISTENCY_TARGETS
+from .masks import NOISY_PASTS
 from .schedule import NOISE_SCHEDULES
 
 
@@ -43,6 +44,10 @@ class JacobiForcingConfig(SFTConfig):
         consistency_targets (`str`, *optional*, defaults to `"soft"`):
             "soft": the paper's soft cross entropy to the clean prediction's whole distribution; "fixed_point": cross
             entropy to the fixed point's token alone, the one token acceptance depends on.
+        noisy_past (`str`, *optional*, defaults to `"noisy"`):
+            What a noisy block's tokens see before their block: "noisy", the earlier blocks' noisy states (the paper's
+            noise-aware mask: the past of multi-block decoding's pseudo-active blocks); "clean", the earlier blocks'
+            fixed points (CLLM's: the past of plain Jacobi's active block).
         prompt_ar_loss (`bool`, *optional*, defaults to `True`):
             Whether prompt tokens also get next-token loss, as in the reference.
         stop_after_steps (`int` or `None`, *optional*, defaults to `None`):
@@ -99,6 +104,13 @@ class JacobiForcingConfig(SFTConfig):
         metadata={
             "help": "'soft': the clean prediction's distribution; 'fixed_point': the fixed point's token alone.",
             "choices": list(CONSISTENCY_TARGETS),
+        },
+    )
+    noisy_past: str = field(
+        default="noisy",
+        metadata={
+            "help": "What a noisy block sees before it: 'noisy' (the paper's noise-aware mask) or 'clean' blocks.",
+            "choices": list(NOISY_PASTS),
         },
     )
     prompt_ar_loss: bool = field(default=True, metadata={"help": "Whether prompt tokens get next-token loss."})
@@ -162,6 +174,8 @@ class JacobiForcingConfig(SFTConfig):
             raise ValueError(
                 f"consistency_targets must be one of {list(CONSISTENCY_TARGETS)}, got {self.consistency_targets!r}."
             )
+        if self.noisy_past not in NOISY_PASTS:
+            raise ValueError(f"noisy_past must be one of {list(NOISY_PASTS)}, got {self.noisy_past!r}.")
         if not self.ar_loss_weight >= 0:
             raise ValueError(f"ar_loss_weight must be >= 0, got {self.ar_loss_weight!r}.")
         if not self.base_kl_weight >= 0:

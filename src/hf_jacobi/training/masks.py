@@ -7,6 +7,11 @@ before it and its own block causally (exactly the autoregressive view). Since bl
 this is "causal in sequence order, and the key is a prompt token or belongs to the same kind of segment as the
 query", which is what every builder below evaluates. Padding (appended on the right) is its own kind, so no real token
 sees it and no padding row is empty (an all-masked row would give NaNs in sdpa).
+
+The other view, CLLM's and one of the reference code's two trainers' (`noisy_past="clean"`), lets a noisy token see
+the clean blocks before it instead of the noisy ones: the past that the active block of plain Jacobi decoding has,
+where the paper's view is the past of multi-block decoding's pseudo-active blocks. Noisy blocks then see no other
+noisy block, so that view also needs `block_ids`.
 """
 
 from __future__ import annotations
@@ -20,14 +25,33 @@ from ..decoding.masks import FULL, SLIDING, AttentionLayout, layer_masks
 from .collator import Segment
 
 FULL_LAYOUT = AttentionLayout(kinds=(FULL,), sliding_window=None)
+NOISY_PASTS = ("noisy", "clean")
 
 
-def noise_aware_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+def _allowed(query: Any, key: Any, query_block: Any, key_block: Any, noisy_past: str) -> Any:
+    """The rule both the tensor and the FlexAttention builders evaluate, on segment kinds and block numbers, before
+    causality."""
+    seen = (key == Segment.PROMPT) | (key == query)
+    if noisy_past == "clean":
+        noisy = query == Segment.NOISY
+        seen = (key == Segment.PROMPT) | ((key == query) & (~noisy | (key_block == query_block)))
+        seen = seen | (noisy & (key == Segment.CLEAN))
+    return seen
+
+
+def noise_aware_mask(
+    segment_ids: torch.Tensor, block_ids: torch.Tensor | None = None, noisy_past: str = "noisy"
+) -> torch.Tensor:
     """Boolean mask [B, L, L], True where the query row may attend to the key column (sliding windows aside)."""
+    if noisy_past not in NOISY_PASTS:
+        raise ValueError(f"noisy_past must be one of {list(NOISY_PASTS)}, got {noisy_past!r}.")
+    if noisy_past == "clean" and block_ids is None:
+        raise ValueError("noisy_past='clean' needs block_ids: a noisy token sees its own block's noisy tokens only.")
     length = segment_ids.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
     query, key = segment_ids[:, :, None], segment_ids[:, None, :]
-    return causal & ((key == Segment.PROMPT) | (key == query))
+    blocks = (block_ids[:, :, None], block_ids[:, None, :]) if block_ids is not None else (None, None)
+    return causal & _allowed(query, key, *blocks, noisy_past)
 
 
 def training_attention_mask(
@@ -35,26 +59,36 @@ def training_attention_mask(
     position_ids: torch.Tensor,
     dtype: torch.dtype,
     layout: AttentionLayout = FULL_LAYOUT,
+    block_ids: torch.Tensor | None = None,
+    noisy_past: str = "noisy",
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """The additive 4D mask (sdpa and eager read it exactly; eager would silently misread a bool mask), with the
     model's sliding windows applied on positions; a dict by layer kind for models that mix kinds."""
-    return layer_masks(noise_aware_mask(segment_ids), position_ids, position_ids, layout, dtype)
+    allowed = noise_aware_mask(segment_ids, block_ids, noisy_past)
+    return layer_masks(allowed, position_ids, position_ids, layout, dtype)
 
 
 def noise_aware_block_mask(
-    segment_ids: torch.Tensor, position_ids: torch.Tensor, layout: AttentionLayout = FULL_LAYOUT
+    segment_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    layout: AttentionLayout = FULL_LAYOUT,
+    block_ids: torch.Tensor | None = None,
+    noisy_past: str = "noisy",
 ) -> Any:
     """The same masks as FlexAttention `BlockMask`s, for models loaded with attn_implementation='flex_attention'."""
     from torch.nn.attention.flex_attention import create_block_mask
 
+    if noisy_past == "clean" and block_ids is None:
+        raise ValueError("noisy_past='clean' needs block_ids: a noisy token sees its own block's noisy tokens only.")
+    blocks = block_ids if block_ids is not None else segment_ids  # unread unless noisy_past == "clean"
     batch, length = segment_ids.shape
     masks = {}
     for kind in layout.kinds:
         window = layout.sliding_window if kind == SLIDING else None
 
         def mask_mod(b, h, q, kv, window=window):
-            key = segment_ids[b, kv]
-            allowed = (kv <= q) & ((key == Segment.PROMPT) | (key == segment_ids[b, q]))
+            rule = _allowed(segment_ids[b, q], segment_ids[b, kv], blocks[b, q], blocks[b, kv], noisy_past)
+            allowed = (kv <= q) & rule
             if window is not None:
                 allowed = allowed & (position_ids[b, q] - position_ids[b, kv] < window)
             return allowed
@@ -74,18 +108,22 @@ class NoiseAwareMask:
     layout: AttentionLayout = FULL_LAYOUT
     dtype: torch.dtype = torch.float32
     flex: bool = False
+    noisy_past: str = "noisy"
 
     @classmethod
-    def for_model(cls, model: Any) -> NoiseAwareMask:
+    def for_model(cls, model: Any, noisy_past: str = "noisy") -> NoiseAwareMask:
         attn = getattr(model.config, "_attn_implementation", None) or "eager"
         if attn.startswith("flash"):
             raise ValueError(
                 f"Jacobi Forcing needs an arbitrary 4D attention mask, which {attn!r} cannot express; load the model "
                 "with attn_implementation='sdpa', 'eager' or 'flex_attention'."
             )
-        return cls(layout=AttentionLayout.from_config(model.config), dtype=model.dtype, flex=attn == "flex_attention")
+        layout = AttentionLayout.from_config(model.config)
+        return cls(layout=layout, dtype=model.dtype, flex=attn == "flex_attention", noisy_past=noisy_past)
 
-    def __call__(self, segment_ids: torch.Tensor, position_ids: torch.Tensor) -> Any:
+    def __call__(
+        self, segment_ids: torch.Tensor, position_ids: torch.Tensor, block_ids: torch.Tensor | None = None
+    ) -> Any:
         if self.flex:
-            return noise_aware_block_mask(segment_ids, position_ids, self.layout)
-        return training_attention_mask(segment_ids, position_ids, self.dtype, self.layout)
+            return noise_aware_block_mask(segment_ids, position_ids, self.layout, block_ids, self.noisy_past)
+        return training_attention_mask(segment_ids, position_ids, self.dtype, self.layout, block_ids, self.noisy_past)

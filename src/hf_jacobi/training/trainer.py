@@ -112,7 +112,7 @@ class JacobiForcingTrainer(SFTTrainer):
             callbacks=[*(callbacks or []), CollatorEpoch(data_collator)],
             **kwargs,
         )
-        self.noise_aware_mask = NoiseAwareMask.for_model(self.model)
+        self.noise_aware_mask = NoiseAwareMask.for_model(self.model, args.noisy_past)
         # The KL anchor's base: a LoRA run's adapter switched off; a full fine-tune's frozen copy, sharded as trained.
         self._frozen_base = None
         self._adapter_switch: tuple[torch.nn.Module, AdapterSwitch] | None = None  # on first use, once wrapped
@@ -184,7 +184,7 @@ class JacobiForcingTrainer(SFTTrainer):
         block_ids = inputs.pop("block_ids")
         segment_ids = inputs.pop("segment_ids")
         anchored = inputs.pop("anchored", None)
-        inputs["attention_mask"] = self.noise_aware_mask(segment_ids, inputs["position_ids"])
+        inputs["attention_mask"] = self.noise_aware_mask(segment_ids, inputs["position_ids"], block_ids)
         outputs = model(**inputs, use_cache=False)
         items = num_items_in_batch
         diagnostics: dict[str, torch.Tensor] = {}
