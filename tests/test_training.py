@@ -622,3 +622,16 @@ def test_a_model_trained_under_cpu_autocast_decodes_in_its_own_dtype_right_after
     jacobi = model.generate(ids, max_new_tokens=10, do_sample=False, decoding="jacobi", jacobi_block_size=4,
                             jacobi_greedy_devices=[])  # fmt: skip
     assert torch.equal(greedy, jacobi)
+
+
+def test_trl_checkpointing_setting_is_honoured_without_transformers_deprecation_warning(tmp_path, recwarn):
+    """TRL's `gradient_checkpointing` (default on) moves to transformers' `activation_checkpointing`: no warning about
+    a name the user did not choose, and the value holds either way it is given."""
+    default = JacobiForcingConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    assert default.activation_checkpointing is True and default.gradient_checkpointing is True  # TRL's default
+    assert config(tmp_path, gradient_checkpointing=False).activation_checkpointing is False
+    newer = JacobiForcingConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], activation_checkpointing=False)
+    assert newer.gradient_checkpointing is False
+    moved = config(tmp_path, gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert moved.activation_checkpointing_kwargs == {"use_reentrant": False}
+    assert not [w for w in recwarn if "gradient_checkpointing" in str(w.message)]

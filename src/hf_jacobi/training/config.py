@@ -158,6 +158,7 @@ class JacobiForcingConfig(SFTConfig):
 
     def __post_init__(self):
         self._settle_bf16()
+        self._settle_checkpointing()
         super().__post_init__()
         # The one place the schedule is checked: the collator and the schedule functions trust these values.
         if self.noise_schedule not in NOISE_SCHEDULES:
@@ -200,6 +201,17 @@ class JacobiForcingConfig(SFTConfig):
                 "Jacobi Forcing trains on tokenized trajectories: dataset_kwargs must keep skip_prepare_dataset=True, "
                 f"got {self.dataset_kwargs!r}."
             )
+
+    def _settle_checkpointing(self) -> None:
+        """TRL names the setting `gradient_checkpointing` (default on), which transformers now reads as a deprecated
+        alias of `activation_checkpointing` and warns about on every config, whatever the user set. The value moves
+        to the new name here, as transformers would move it, so the setting holds and no warning is printed for
+        TRL's own default."""
+        if getattr(self, "activation_checkpointing", True) is None and self.gradient_checkpointing is not None:
+            self.activation_checkpointing, self.gradient_checkpointing = self.gradient_checkpointing, None
+            kwargs = getattr(self, "gradient_checkpointing_kwargs", None)
+            if getattr(self, "activation_checkpointing_kwargs", True) is None and kwargs is not None:
+                self.activation_checkpointing_kwargs, self.gradient_checkpointing_kwargs = kwargs, None
 
     def _settle_bf16(self) -> None:
         """TRL's default, bf16 unless fp16, makes TrainingArguments refuse a machine without a bfloat16 accelerator
