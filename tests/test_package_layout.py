@@ -100,7 +100,6 @@ must not break them, so they import the public API (`hf_jacobi.__all__`) and the
 PROFILERS = {"lab/campaigns/campaign/padding.py"}
 """Modules there that study internals on purpose: the padding report measures the trainer's own sampler and collator."""
 NOT_YET_PUBLIC = {
-    "lab/campaigns/campaign/budget.py": {"hf_jacobi.atomic.write_text"},
     "lab/campaigns/campaign/prompts.py": {
         "hf_jacobi.data.chat.encode_chat",
         "hf_jacobi.data.decontamination.find_overlaps",
@@ -110,7 +109,6 @@ NOT_YET_PUBLIC = {
         "hf_jacobi.data.magpie.InstructionFilter",
         "hf_jacobi.data.magpie.evaluation_texts",
     },
-    "lab/campaigns/campaign/scaling.py": {"hf_jacobi.bench.report.save_figure"},
     "lab/campaigns/campaign/trajectories.py": {
         "hf_jacobi.data.block_iterations.block_trajectories",
         "hf_jacobi.data.shards.SCHEMA",

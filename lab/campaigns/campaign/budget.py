@@ -12,13 +12,12 @@ left of the budget. A stage that finishes early (or is skipped, its results resu
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from hf_jacobi.atomic import write_text
 
 STAGES = ("prompts", "trajectories", "training", "judging", "bundle")
 DEFAULT_SHARES: dict[str, float] = {
@@ -93,7 +92,12 @@ class Manifest:
         self.write()
 
     def write(self) -> None:
-        write_text(self.path, json.dumps(self.data, indent=1, default=str) + "\n")
+        # a temporary file renamed over the record: a call killed while writing leaves the previous record whole
+        path = Path(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(json.dumps(self.data, indent=1, default=str) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
 
     @classmethod
     def read(cls, path: Path) -> dict[str, Any]:

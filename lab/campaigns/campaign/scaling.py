@@ -243,8 +243,6 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hf_jacobi.bench.report import save_figure
-
     keys = settings()
     columns = 3
     rows = -(-len(keys) // columns)
@@ -281,7 +279,11 @@ def plot(curve: dict[str, Any], path: Path) -> Path:
         axis.axis("off")
     (spare[0] if spare else axes[0]).legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="center")
     figure.suptitle("CPU campaign: held-out tokens per forward (hollow: a quality bar missed)", fontsize=10)
-    return save_figure(figure, path)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
 
 
 def write_curve(
