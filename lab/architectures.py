@@ -1,4 +1,4 @@
-"""Real model shapes with random weights, for costing forwards that this machine cannot download.
+"""Real model shapes with random weights, for costing the forwards of models without downloading them.
 
 What a forward costs depends on the shapes and the dtype, not on the weights, so a model built from a real
 architecture's configuration with random weights times exactly like the released one. That is what the choice of a

@@ -1,9 +1,10 @@
 """Two records of a run's figures compared leaf by leaf: which keys are not compared, and when two numbers are equal.
 
 Token ids, forward counts and other integers must match exactly; floats within a relative tolerance, because CPU
-kernels may sum in another order on another machine (the round 1-2 re-run differed by 1e-5 in weights and not at all
-in tokens). Wall-clock figures (runtimes, tokens per second) and paths are not compared: they say where and how fast
-a run went, not what it computed. `reproduction` applies this to evaluation reports, training logs and configs.
+kernels may sum in another order on another machine (a re-run of rounds 1-2 differed slightly in weights and not at
+all in tokens: docs/results/jacobi-forcing-cpu/reproduction/README.md). Wall-clock figures (runtimes, tokens per
+second) and paths are not compared: they say where and how fast a run went, not what it computed. `reproduction`
+applies this to evaluation reports, training logs and configs.
 """
 
 from __future__ import annotations

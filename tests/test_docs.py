@@ -108,7 +108,9 @@ def test_recipe_makefile_names_what_each_target_builds():
     recipe = targets(RECIPE_MAKEFILE) - {"setup"}
     unlisted = sorted(t for t in recipe if not re.search(rf"^#\s+{re.escape(t)}\s", header, flags=re.MULTILINE))
     assert not unlisted, f"targets of {RECIPE_MAKEFILE} missing from its header: {unlisted}"
-    assert len(recipe) <= 12 and len(text.splitlines()) <= 200, "the recipe's Makefile grew: studies go in lab/Makefile"
+    assert len(recipe) <= 12 and len(text.splitlines()) <= 200, (
+        "the recipe's Makefile grew: studies go in lab/Makefile"
+    )
     assert not recipe & targets(LAB_MAKEFILE), "a target defined in both the recipe's and the lab's Makefile"
 
 

@@ -3,8 +3,8 @@ makes for every greedy column of the decoding loop and every query of the parall
 
 Why: both return the same index (the first largest on ties), but on a CPU torch's argmax over bfloat16 scores is a
 scalar loop, several times slower than `max` over the same tensor; at the embedded model's 49,152-token vocabulary it
-costs about half of the LM head's own matmul. This times both on random scores (the timing does not depend on the
-values), per dtype, and checks that they agree, including on ties.
+costs a visible share beside the LM head's own matmul (docs/results/campaign-cpu/README.md). This times both on random
+scores (the timing does not depend on the values), per dtype, and checks that they agree, including on ties.
 
     OMP_NUM_THREADS=1 python lab/benchmarks/argmax_cpu.py --rows 512 --output docs/results/cpu-fast-path/argmax.json
 """

@@ -21,7 +21,6 @@ Three phases, each writing into --output-dir (a phase can run on its own, e.g. a
 `--decode float32:1 bfloat16:8` keeps only those entries of the plan (decode and host phases), so that the plan can be
 split across device calls of a few minutes each. `--tiny` runs the same phases with a tiny random model on any machine
 in seconds (the test suite does).
-About 8 minutes on one data-centre GPU for the full plan.
 """
 
 from __future__ import annotations
@@ -321,7 +320,7 @@ def host_rows(out: Path) -> list[dict]:
             "ms_per_step": statistics.median(r["ms_per_step"] for r in record["split_rounds"]),
             "device_ms_per_step": record["device_ms_per_step"],
             "host_ms_per_step": record["host_ms_per_step"],
-            "outside_steps_ms": record.get("outside_steps_ms"),  # per call; files of earlier leases lack it
+            "outside_steps_ms": record.get("outside_steps_ms"),  # per call; older files lack it
         }
         for name, figures in record.get("trace", {}).items():  # --trace: the kernels of a forward, Jacobi and greedy
             row[f"{name}_kernel_ms_per_forward"] = figures["kernel_ms_per_forward"]

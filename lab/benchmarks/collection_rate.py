@@ -14,7 +14,7 @@ recipes/smollm2-135m/data/campaign-cpu/train-order.parquet, shuffled, then sorte
 that a batch's prompts are about as long), or of its prompt set's training split as stored (`--sample prompt-set`:
 the sample the campaign's own measurement times, `gpu_campaign.py --measure-prompts`, whose prompts range from ~70 to
 ~430 tokens), chat template applied, one batch; block 16, 128 new tokens, as the campaign collected. Time it on a
-quiet machine: another torch job beside it halves its figures.
+quiet machine: another torch job beside it cuts its figures sharply.
 """
 
 from __future__ import annotations

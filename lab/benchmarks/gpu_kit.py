@@ -11,9 +11,9 @@ staged in /tmp/gpu-kit there, and the last call installs the lot and runs the be
     python3 lab/benchmarks/gpu_kit.py install                      # there: join the GGUF, check its sha256, pip offline
     PYTHONPATH=src:/tmp/gpu-kit/site python3 lab/benchmarks/bench_gpu.py --decode bfloat16:8 --output-dir $OUT/gpu
 
-The working tree travels too, so its own size counts against each call (the recipe's committed trajectories alone are
-84 MB): `build` prints the tree's size beside the parts', and `hide PATH...` takes tracked folders out of what travels
-(out of git's index and into .git/info/exclude, files untouched) until `unhide` puts them back:
+The working tree travels too, so its own size counts against each call (the recipe's committed trajectories alone take
+much of it): `build` prints the tree's size beside the parts', and `hide PATH...` takes tracked folders out of what
+travels (out of git's index and into .git/info/exclude, files untouched) until `unhide` puts them back:
 
     python lab/benchmarks/gpu_kit.py hide recipes/smollm2-135m/data docs/results src/hf_jacobi/weights   # staging calls
     python lab/benchmarks/gpu_kit.py unhide && python lab/benchmarks/gpu_kit.py hide recipes/smollm2-135m/data docs/results

@@ -1,7 +1,8 @@
 """Where a Jacobi step's time goes on the host: one profiled `generate(decoding="jacobi")` call, per step.
 
-Why: on a GPU a compiled Jacobi step costs about twice a CUDA-graph greedy step at batch 8 in bfloat16, and the
-wider forward explains only part of that; the rest is the loop's host work, which no device figure shows.
+Why: on a GPU a compiled Jacobi step costs well more than a CUDA-graph greedy step at batch 8 in bfloat16
+(docs/results/gpu-h200-grade/README.md), and the wider forward explains only part of that; the rest is the loop's host
+work, which no device figure shows.
 Python's profiler sees the host: the device runs asynchronously, so the time spent waiting for it lands on the one
 read-back of each step (`tolist`), and every other function's own time is host work, which is what shrinking the
 per-step overhead (mask building, cache commit, proposals) has to cut.

@@ -45,7 +45,8 @@ ZERO3_OFFLOAD = {
     "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
 }  # fmt: skip
 """ZeRO-3, the optimizer on the CPU (DeepSpeed's CPU Adam, compiled at first use): float32 weights, moments and grads
-take 16 bytes a parameter of host memory (113 GiB of a lent machine's 128), so the parameters stay on the GPU."""
+take 16 bytes a parameter of host memory (113 GiB for this model, near the whole host memory of a one-GPU machine), so
+the parameters stay on the GPU."""
 
 OUTPUT = "train_step_7b"
 SHOWN = ("config", "status", "tokens_per_second", "peak_allocated_gib", "losses", "why", "error")  # printed per row

@@ -1,7 +1,7 @@
 """The campaign on a CPU: the GPU campaign's prompt set, the base model's trajectories of every prompt in bfloat16,
 stopping and resuming across runs, its data committed as it grows.
 
-Why a second driver: the GPU campaign (gpu_campaign.py) fits one 10-minute device call; on a 2-core CPU the same work
+Why a second driver: the GPU campaign (gpu_campaign.py) fits one 10-minute device call; on a small CPU the same work
 takes many hours, across many runs and machines. So every stage here resumes from what it finds, and what a fresh
 clone needs lives in the committed folder `data/campaign-cpu/` (prompt set, trajectory shards, progress log), never
 in an ignored one:
@@ -39,13 +39,13 @@ from campaign.scaling import SHIPPED_RUN, run_name, run_size, steps_label  # sta
 ROOT = Path(__file__).resolve().parent
 SAVE_EVERY_S = 20 * 60
 CPU_ROWS_PER_STEP = 32
-"""The recipe's 16 x 2 rows a step, as micro-batches that fit 24 GiB (`cpu_batching`)."""
+"""The recipe's 16 x 2 rows a step, as micro-batches that fit a small CPU machine's memory (`cpu_batching`)."""
 CPU_BATCH_SIZE, CPU_ACCUMULATION = 4, 8
 """Under bfloat16 autocast, 8 micro-batches of 4: batches grouped by length put the longest rows (anchor texts of
 ~1,500 tokens) in one batch, and what a training forward keeps for backward grows with rows x length^2 (the attention
-of 30 layers) and rows x length x vocabulary (the logits): at 16 and at 8 rows the first step outgrew a 24 GiB machine
-(killed); at 4 it peaks near 17 GB. The losses are divided by item counts over the accumulated batch, so the step is
-the same."""
+of 30 layers) and rows x length x vocabulary (the logits): at 16 and at 8 rows the first step ran out of the campaign
+machines' memory (killed), at 4 it fits (docs/training.md, "Batches grouped by length"). The losses are divided by item
+counts over the accumulated batch, so the step is the same."""
 CPU_TRAIN_FLAGS = [
     "--use_cpu",
     "true",
@@ -60,7 +60,7 @@ CPU_TRAIN_FLAGS = [
 
 def cpu_batching() -> tuple[int, int]:
     """(micro-batch, accumulation) of a step's 32 rows on this CPU: 4 x 8 under bfloat16 autocast, 2 x 16 in float32,
-    whose saved activations take twice the bytes (4 rows would need about twice bfloat16's ~17 GB peak). The
+    whose saved activations take twice the bytes (4 rows would need about twice bfloat16's peak). The
     length-grouped order is drawn over the step's 32 rows whatever the split (`LengthGroupedEpochSampler`), so a run
     resumed on a machine of the other kind trains the same rows in each step."""
     batch = CPU_BATCH_SIZE if resolve_dtype("auto") == "bfloat16" else CPU_BATCH_SIZE // 2
@@ -68,8 +68,8 @@ def cpu_batching() -> tuple[int, int]:
 
 
 def cpu_precision_flags() -> list[str]:
-    """bfloat16 autocast where the CPU has bfloat16 units (about twice float32's training speed there), float32
-    where it has none: there bfloat16 is emulated, and a forward runs ~5x slower than float32's (`resolve_dtype`);
+    """bfloat16 autocast where the CPU has bfloat16 units (faster than float32 there), float32 where it has none:
+    there bfloat16 is emulated, and a forward runs several times slower than float32's (`resolve_dtype`);
     with the micro-batches of `cpu_batching`. A run resumed on another machine goes on in that machine's precision;
     its optimizer state is float32 in both."""
     batch, accumulation = cpu_batching()
@@ -117,9 +117,9 @@ class Layout:
         """Where a collection in `dtype` goes: the first folder while it is empty or was collected in `dtype`, else
         `trajectories-<dtype>/`. Why a second folder: a folder records the model it was collected with, dtype
         included, and refuses rows of another (the same weights decode to other trajectories in another dtype), while
-        a machine without bfloat16 units, where a bfloat16 forward runs ~5x slower than float32's, goes on in float32;
-        training reads every folder as one set (`hf-jacobi train --trajectories A B`), since it trains on the base
-        model's own fixed points in either dtype."""
+        a machine without bfloat16 units, where a bfloat16 forward runs several times slower than float32's, goes on in
+        float32; training reads every folder as one set (`hf-jacobi train --trajectories A B`), since it trains on the
+        base model's own fixed points in either dtype."""
         from hf_jacobi.data.shards import SETTINGS_FILE
 
         settings = self.trajectories / SETTINGS_FILE
@@ -232,8 +232,8 @@ def collect(args: argparse.Namespace) -> int:
     """Collects the training prompts' trajectories into the data folder, `--step` prompts at a time (each step's rate
     appended to its progress log), until `--prompts` are collected or `--minutes` have passed, on `--threads` torch
     threads. The process's thread count is restored after: a caller in the same process (the test suite's workers,
-    one thread each beside one another) kept 2 threads on 2 busy cores after it, which ran every later torch test of
-    that worker several times slower."""
+    one thread each beside one another) kept its `--threads` threads on busy cores after it, which ran every later
+    torch test of that worker several times slower."""
     import torch
 
     threads = torch.get_num_threads()
@@ -372,10 +372,9 @@ def commit_checkpoint(checkpoint: Path, committed: Path) -> Path:
 
     Every committed checkpoint stays in the repository's history, and Adam's two float32 moments are two thirds of
     one: LoRA r64 on the seven projections holds 19.5 M parameters, 78 MB of float32 weights and 156 MB of moments
-    (its first checkpoint: 225 MiB on disk) at each stop. With the moments in bfloat16 it is 153 MiB (r16: ~59 MB to
-    ~39 MB). The weights stay float32, exact; `torch.optim.Optimizer.load_state_dict` casts each moment back to its
-    parameter's dtype on resume, so a resumed step differs from an unbroken one by the moments' rounding (a relative
-    2^-9 at most) alone.
+    at each stop. In bfloat16 the moments take half those bytes, which makes a checkpoint a third smaller. The weights
+    stay float32, exact; `torch.optim.Optimizer.load_state_dict` casts each moment back to its parameter's dtype on
+    resume, so a resumed step differs from an unbroken one by the moments' rounding (a relative 2^-9 at most) alone.
     custom_generate/ is a copy of the decoding code that every save writes again: resuming never reads it."""
     import shutil
 
@@ -528,18 +527,19 @@ SCALING_POINTS = (2000, 5000)
 """Trajectory counts of the scaling curve below the full set (the same recipe, one epoch each)."""
 JUDGE_PART_MINUTES = {QUALITY_FILE: 45.0, HUMANEVAL_FILE: 20.0, JUDGE_SPEED_FILE: 25.0}
 """The least time left at which each part of a judge (named by the file it writes, JUDGE_FILES) starts: no part resumes, and a part cut short loses all it did.
-`hf-jacobi quality` takes ~40 minutes a model on 2 cores; the judging-requests `hf-jacobi evaluate` ~20 minutes a
-run on an AVX2-only CPU."""
+Each is set from what that part took on the campaign's small CPUs, with a margin (judging times: docs/results.md,
+"The CPU campaign")."""
 BASE_PART_MINUTES = {QUALITY_FILE: 40.0, HUMANEVAL_FILE: 15.0, JUDGE_SPEED_FILE: 20.0}
 """What a part takes more where it measures the base too (its first run; later runs reuse the base's figures)."""
 
 
 CURVE_VARIANT = "lora-r16-kl30"
 """The variant of the scaling curve past its first point: the shipped settings with the KL anchor to the base three
-times as strong. With the shipped settings (`lora-r16`, anchor x10) the first point looped on 60 of 400 judging
-requests against the base's 29, and with the looping trajectories left out (`lora-r16-clean`) on 57: the loops come
-from the training, and the anchor's weight is the lever the GPU sweep measured against them (x3 looped more than
-x10). The first point trains it too, so the table shows what the stronger anchor does."""
+times as strong. With the shipped settings (`lora-r16`, anchor x10) the first point looped on far more judging
+requests than the base, and about as many with the looping trajectories left out (`lora-r16-clean`; the counts:
+docs/results.md, "The CPU campaign"): the loops come from the training, and the anchor's weight is the lever the GPU
+sweep measured against them (x3 looped more than x10). The first point trains it too, so the table shows what the
+stronger anchor does."""
 CAPACITY_VARIANT = "lora-r64-kl30"
 """The higher-capacity variant, on the full set, with the curve's anchor."""
 

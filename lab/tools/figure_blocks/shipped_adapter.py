@@ -180,7 +180,8 @@ def glance(page: Page) -> str:
 
 
 def previous_adapter(row: str) -> str:
-    """A glance row measured on the adapter shipped before (no GPU has run the shipped one yet), said in its label."""
+    """A glance row measured on the adapter shipped before (where the shipped one has no such figure), said in its
+    label."""
     return row.replace("| ", "| the adapter shipped before (`base-scale-kl10-step250`), ", 1)
 
 

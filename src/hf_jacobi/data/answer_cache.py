@@ -30,9 +30,10 @@ class ReservedLayer(DynamicLayer):
     a write would overflow them) and exposes the filled part as `keys` / `values` views.
 
     Why: `DynamicLayer.update` concatenates, copying the layer's whole history at every decode step. In the parallel
-    method's greedy generation (batch 64, 128 new tokens, the embedded model in bfloat16 on a CPU) those copies were a
-    fifth of the phase's time (`torch.profiler`: `aten::cat`); here a step copies only its own new slots. Operations
-    that rebuild the tensors (row selection, beam reordering) adopt the result as the new buffers.
+    method's greedy generation (batch 64, 128 new tokens, the embedded model in bfloat16 on a CPU) those copies took a
+    visible share of the phase's time (`torch.profiler`: `aten::cat`; docs/results/campaign-cpu/README.md); here a step
+    copies only its own new slots. Operations that rebuild the tensors (row selection, beam reordering) adopt the
+    result as the new buffers.
     """
 
     def __init__(self, capacity: int) -> None:
