@@ -3,39 +3,10 @@ paths, the tuner's roofline and predictions, and greedy's speed from one run of 
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 from .core import JF, Page, bench_rows, block, load, markdown_table, rng
-
-
-@block("bench-md-round4")
-def bench_md_round4(page: Page) -> str:
-    return markdown_table(f"{JF}/bench-round4/bench.md") + f"\n\nFile: {page.ref(f'{JF}/bench-round4/bench.json')}."
-
-
-@block("bench-md-round3")
-def bench_md_round3(page: Page) -> str:
-    return markdown_table(f"{JF}/bench-trained/bench.md") + f"\n\nFile: {page.ref(f'{JF}/bench-trained/bench.json')}."
-
-
-@block("bench-md-round2")
-def bench_md_round2(page: Page) -> str:
-    folder = f"{JF}/bench-round2-beside-round3-onpolicy"
-    return markdown_table(f"{folder}/bench.md") + f"\n\nFile: {page.ref(f'{folder}/bench.json')}."
-
-
-@block("bench-md-untrained")
-def bench_md_untrained(page: Page) -> str:
-    folder = f"{JF}/bench-untrained"
-    return markdown_table(f"{folder}/bench.md") + f"\n\nFile: {page.ref(f'{folder}/bench.json')}."
-
-
-@block("humaneval-chat")
-def humaneval_chat(page: Page) -> str:
-    return markdown_table("cpu-humaneval-chat.md") + f"\n\nFile: {page.ref('cpu-humaneval-chat.json')}."
-
-
-@block("humaneval-raw")
-def humaneval_raw(page: Page) -> str:
-    return markdown_table("cpu-humaneval-raw.md") + f"\n\nFile: {page.ref('cpu-humaneval-raw.json')}."
 
 
 def _roofline(path: str) -> str:
@@ -116,9 +87,6 @@ def tune_round4(page: Page) -> str:
     )
 
 
-REPAIR_PATHS = f"{JF}/bench-repair-paths/bench.json"
-SHIPPED_PATHS = f"{JF}/bench-base-scale-paths/bench.json"
-RETUNE_HELDOUT = f"{JF}/retune-heldout-base-scale/bench.json"
 PATHS_HELDOUT = f"{JF}/paths-heldout-base-scale/bench.json"
 PATHS_SECOND = f"{JF}/paths-heldout-second-machine/bench.json"
 PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-machine/earlier-code/bench.json"
@@ -127,50 +95,27 @@ PATHS_COMPILED = "Jacobi recycling n=8 (compiled static cache in 5 widths)"
 """The shipped default on the compiled static cache, the CPU's default widths: its row in every `paths-heldout`."""
 
 
-def _bench_paths(page: Page, path: str) -> str:
+BENCH_TABLES = load("bench-tables.json")["tables"]
+"""docs/results/bench-tables.json: the blocks that show one bench run's table, by marker name (results are data: a new
+run's table is an entry there)."""
+
+
+def bench_table(page: Page, path: str, loops: bool = False) -> str:
+    """A bench run's table (the bench.md beside `path`), with the answers that ended in a loop where asked."""
+    table = markdown_table(str(Path(path).with_suffix(".md")))
+    if not loops:
+        return table + f"\n\nFile: {page.ref(path)}."
     rows = load(path)["summary"]
     looping = "; ".join(f"{row['setting']} {row['collapsed']} of {row['samples']}" for row in rows)
     return (
-        markdown_table(path.replace("bench.json", "bench.md"))
-        + f"\n\nAnswers that end in a loop (the last 64 tokens under 40% distinct 4-grams): {looping}. "
+        table + f"\n\nAnswers that end in a loop (the last 64 tokens under 40% distinct 4-grams): {looping}. "
         f"File: {page.ref(path)}."
     )
 
 
-@block("bench-md-repair-paths")
-def bench_md_repair_paths(page: Page) -> str:
-    return _bench_paths(page, REPAIR_PATHS)
-
-
-@block("bench-md-shipped-paths")
-def bench_md_shipped_paths(page: Page) -> str:
-    return _bench_paths(page, SHIPPED_PATHS)
-
-
-@block("bench-md-retune-heldout")
-def bench_md_retune_heldout(page: Page) -> str:
-    """The shipped adapter's candidate defaults on held-out prompts no default was chosen on (recipe `retune-heldout`)."""
-    return _bench_paths(page, RETUNE_HELDOUT)
-
-
-@block("bench-md-paths-heldout")
-def bench_md_paths_heldout(page: Page) -> str:
-    """The shipped default eager and on the static cache, not compiled and compiled, in one width and in five (recipe
-    `paths-heldout`)."""
-    return _bench_paths(page, PATHS_HELDOUT)
-
-
-@block("bench-md-paths-second-machine")
-def bench_md_paths_second_run(page: Page) -> str:
-    """`paths-heldout` run a second time, on another machine of the CI's kind, with newer code."""
-    return _bench_paths(page, PATHS_SECOND)
-
-
-@block("bench-md-paths-short-chain")
-def bench_md_paths_short_chain(page: Page) -> str:
-    """tune-short-chain's choice beside the shipped default (block 8 + pool 4) on the held-out prompts of
-    `paths-heldout` (recipe `paths-heldout-short-chain`)."""
-    return _bench_paths(page, PATHS_SHORT_CHAIN)
+for _name, _entry in BENCH_TABLES.items():
+    block(_name)(functools.partial(lambda page, entry: bench_table(page, entry["file"], entry.get("loops", False)),
+                                   entry=_entry))  # fmt: skip
 
 
 @block("short-chain-verdict")
@@ -224,21 +169,7 @@ def paths_runs(page: Page) -> str:
 
 
 # every CPU bench of the embedded model: greedy's speed differs from one run to the next
-CPU_BENCHES = [
-    "cpu-humaneval-chat.json",
-    "cpu-humaneval-raw.json",
-    f"{JF}/bench-untrained/bench.json",
-    f"{JF}/bench-trained/bench.json",
-    f"{JF}/bench-round2-beside-round3-onpolicy/bench.json",
-    f"{JF}/bench-round4/bench.json",
-    REPAIR_PATHS,
-    SHIPPED_PATHS,
-    RETUNE_HELDOUT,
-    PATHS_HELDOUT,
-    PATHS_SECOND,
-    PATHS_SECOND_OLD_CODE,
-    PATHS_SHORT_CHAIN,
-]
+CPU_BENCHES = [*(entry["file"] for entry in BENCH_TABLES.values()), PATHS_SECOND_OLD_CODE]
 
 
 @block("greedy-speed-range")
