@@ -112,7 +112,7 @@ def arm_figures(state: dict[str, Any]) -> dict[str, Any]:
          "depth0_rate": e["eval_probe/depth0_rate"]}
         for e in history if "eval_probe/tokens_per_iteration" in e
     ]  # fmt: skip
-    trained = [e for e in history if "consistency_loss" in e and "eval_loss" not in e]
+    trained = [e for e in history if "consistency_loss" in e]  # evaluations log eval_consistency_loss
     last = trained[-1] if trained else {}
     keys = ("consistency_loss", "consistency_teacher_entropy", "consistency_agreement", "ar_loss", "base_kl")
     return {"steps": state["global_step"], "curve": curve, "last_log": {k: last[k] for k in keys if k in last}}

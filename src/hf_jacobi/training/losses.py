@@ -38,8 +38,9 @@ class LossItems(NamedTuple):
 
     `ar`: tokens with a next-token target (`ar_targets != IGNORE_INDEX`). `consistency`: with "blocks"
     normalization, the packed blocks (converged ones included: they count as blocks the model already gets right);
-    with "tokens", the noisy tokens that have a teacher; with "reference", the rows that hold a block. `anchored`: the predictions the KL anchor reads (the
-    collator's `anchored`: the AR targets' tokens, plus every token of an anchor text).
+    with "tokens", the noisy tokens that have a teacher; with "reference", the rows that hold a block. `anchored`:
+    the predictions the KL anchor reads (the collator's `anchored`: the AR targets' tokens, plus every token of an
+    anchor text).
     """
 
     ar: torch.Tensor
@@ -103,34 +104,38 @@ def consistency_loss(
         return logits.sum() * 0.0  # keeps the graph (and DDP's gradient sync) intact when nothing is noisy
     student = logits[rows, cols].float()
     teacher = logits[rows, teacher_index[rows, cols]].detach().float()
-    teacher_p = teacher.softmax(-1)
+    teacher_choice = teacher.argmax(-1)
+    # the teacher's distribution, once, where the soft target or the entropy reads it
+    teacher_log_q = teacher.log_softmax(-1) if targets == "soft" or diagnostics is not None else None
     if targets == "fixed_point":
-        hard = teacher.argmax(-1)
+        hard = teacher_choice
         if fixed_points is not None:
             known = fixed_points[rows, teacher_index[rows, cols]]
             hard = torch.where(known != IGNORE_INDEX, known, hard)
         per_token = F.cross_entropy(student, hard, reduction="none")
     else:
-        per_token = -(teacher_p * student.log_softmax(-1)).sum(-1)
+        per_token = -(teacher_log_q.exp() * student.log_softmax(-1)).sum(-1)
     if diagnostics is not None:
         with torch.no_grad():
-            diagnostics["teacher_entropy"] = -(teacher_p * teacher.log_softmax(-1)).sum(-1).sum()
-            diagnostics["agreement"] = (student.argmax(-1) == teacher.argmax(-1)).float().sum()
+            diagnostics["teacher_entropy"] = -(teacher_log_q.exp() * teacher_log_q).sum(-1).sum()
+            diagnostics["agreement"] = (student.argmax(-1) == teacher_choice).float().sum()
     if normalization == "tokens":
         return per_token.sum() / _divisor(num_items, per_token.numel())
     row_blocks = _blocks_per_row(block_ids)
     if normalization == "reference":
-        batch = block_ids.shape[0]
-        sums = torch.zeros(batch, device=logits.device).index_add(0, rows, per_token)
-        counts = torch.zeros(batch, device=logits.device).index_add(0, rows, torch.ones_like(per_token))
-        per_row = sums / counts.clamp(min=1) / row_blocks.clamp(min=1)
+        per_row = _group_means(per_token, rows, block_ids.shape[0]) / row_blocks.clamp(min=1)
         return per_row.sum() / _divisor(num_items, int((row_blocks > 0).sum()))
     offsets = row_blocks.cumsum(0) - row_blocks
     group = offsets[rows] + block_ids[rows, cols]  # one slot per (row, block)
     total = int(row_blocks.sum())
-    sums = torch.zeros(total, device=logits.device).index_add(0, group, per_token)
-    counts = torch.zeros(total, device=logits.device).index_add(0, group, torch.ones_like(per_token))
-    return (sums / counts.clamp(min=1)).sum() / _divisor(num_items, total)
+    return _group_means(per_token, group, total).sum() / _divisor(num_items, total)
+
+
+def _group_means(values: torch.Tensor, group: torch.Tensor, size: int) -> torch.Tensor:
+    """The mean of `values` in each of `size` groups (`group` numbers each value's); 0 for an empty group."""
+    sums = torch.zeros(size, device=values.device).index_add(0, group, values)
+    counts = torch.zeros(size, device=values.device).index_add(0, group, torch.ones_like(values))
+    return sums / counts.clamp(min=1)
 
 
 def ar_loss(logits: torch.Tensor, targets: torch.Tensor, num_items: torch.Tensor | int | None = None) -> torch.Tensor:

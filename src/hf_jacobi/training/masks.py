@@ -28,25 +28,28 @@ FULL_LAYOUT = AttentionLayout(kinds=(FULL,), sliding_window=None)
 NOISY_PASTS = ("noisy", "clean")
 
 
+def _check_past(noisy_past: str, block_ids: torch.Tensor | None) -> None:
+    if noisy_past not in NOISY_PASTS:
+        raise ValueError(f"noisy_past must be one of {list(NOISY_PASTS)}, got {noisy_past!r}.")
+    if noisy_past == "clean" and block_ids is None:
+        raise ValueError("noisy_past='clean' needs block_ids: a noisy token sees its own block's noisy tokens only.")
+
+
 def _allowed(query: Any, key: Any, query_block: Any, key_block: Any, noisy_past: str) -> Any:
     """The rule both the tensor and the FlexAttention builders evaluate, on segment kinds and block numbers, before
     causality."""
-    seen = (key == Segment.PROMPT) | (key == query)
-    if noisy_past == "clean":
-        noisy = query == Segment.NOISY
-        seen = (key == Segment.PROMPT) | ((key == query) & (~noisy | (key_block == query_block)))
-        seen = seen | (noisy & (key == Segment.CLEAN))
-    return seen
+    if noisy_past == "noisy":
+        return (key == Segment.PROMPT) | (key == query)
+    noisy = query == Segment.NOISY
+    own = (key == query) & (~noisy | (key_block == query_block))
+    return (key == Segment.PROMPT) | own | (noisy & (key == Segment.CLEAN))
 
 
 def noise_aware_mask(
     segment_ids: torch.Tensor, block_ids: torch.Tensor | None = None, noisy_past: str = "noisy"
 ) -> torch.Tensor:
     """Boolean mask [B, L, L], True where the query row may attend to the key column (sliding windows aside)."""
-    if noisy_past not in NOISY_PASTS:
-        raise ValueError(f"noisy_past must be one of {list(NOISY_PASTS)}, got {noisy_past!r}.")
-    if noisy_past == "clean" and block_ids is None:
-        raise ValueError("noisy_past='clean' needs block_ids: a noisy token sees its own block's noisy tokens only.")
+    _check_past(noisy_past, block_ids)
     length = segment_ids.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
     query, key = segment_ids[:, :, None], segment_ids[:, None, :]
@@ -78,8 +81,7 @@ def noise_aware_block_mask(
     """The same masks as FlexAttention `BlockMask`s, for models loaded with attn_implementation='flex_attention'."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if noisy_past == "clean" and block_ids is None:
-        raise ValueError("noisy_past='clean' needs block_ids: a noisy token sees its own block's noisy tokens only.")
+    _check_past(noisy_past, block_ids)
     blocks = block_ids if block_ids is not None else segment_ids  # unread unless noisy_past == "clean"
     batch, length = segment_ids.shape
     masks = {}
