@@ -26,7 +26,7 @@ from hf_jacobi.data.function_prompts import (
     _stdlib_function_prompt,
     humaneval_entry_points,
     package_prompt_set,
-    rows_dataset,
+    prompt_dataset,
 )
 from hf_jacobi.data.humaneval import load_humaneval
 
@@ -193,4 +193,4 @@ def package_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset
     """The package prompts as a dataset, walking what is installed here (for the shipped snapshot: `package_prompt_set`)."""
     rows = package_prompt_rows()
     random.Random(seed).shuffle(rows)
-    return rows_dataset(rows[:limit] if limit is not None else rows)
+    return prompt_dataset(rows[:limit] if limit is not None else rows)

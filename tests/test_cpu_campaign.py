@@ -345,7 +345,7 @@ def test_judging_the_reference_refuses_weights_that_are_not_its_own(tmp_path, mo
 
     import campaign.scaling
 
-    import hf_jacobi.adapters
+    import hf_jacobi
 
     script = _script()
     with pytest.raises(SystemExit, match=f"{campaign.scaling.SHIPPED_COMMIT}"):
@@ -353,6 +353,6 @@ def test_judging_the_reference_refuses_weights_that_are_not_its_own(tmp_path, mo
     folder = tmp_path / "weights"
     folder.mkdir()
     (folder / "adapter_model.safetensors").write_bytes(b"the reference")
-    monkeypatch.setattr(hf_jacobi.adapters, "JACOBI_FORCING_WEIGHTS", folder)
+    monkeypatch.setattr(hf_jacobi, "JACOBI_FORCING_WEIGHTS", folder)
     monkeypatch.setattr(campaign.scaling, "SHIPPED_SHA256", hashlib.sha256(b"the reference").hexdigest())
     assert script.reference_weights() == folder

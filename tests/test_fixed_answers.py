@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from hf_jacobi import collect_trajectories, load_trajectories, probe_acceptance
+from hf_jacobi import (
+    collect_trajectories,
+    collected_answers,
+    collection_settings,
+    load_trajectories,
+    probe_acceptance,
+)
 from hf_jacobi.data.trajectories import first_mismatch
 from test_training import tiny_prompts
 from tiny_models import tiny_model, tiny_tokenizer
@@ -42,8 +48,26 @@ def test_a_models_states_converge_to_another_models_answers(tmp_path) -> None:
 def test_a_models_own_answers_as_fixed_answers_give_its_own_trajectories(tmp_path) -> None:
     model = tiny_model("llama")
     own = load_trajectories(_collect(model, tmp_path / "own", model_id="m"))
-    again = load_trajectories(_collect(model, tmp_path / "again", model_id="m", answers={r["prompt_id"]: r["completion_ids"] for r in own}, answers_of="m"))  # fmt: skip
+    answers = collected_answers(tmp_path / "own")
+    assert answers == {r["prompt_id"]: r["completion_ids"] for r in own}
+    again = load_trajectories(_collect(model, tmp_path / "again", model_id="m", answers=answers, answers_of="m"))
     assert again["states"] == own["states"] and again["completion_ids"] == own["completion_ids"]
+    # the same folder as a collection without them: it records no answers_of, and a resume without answers (the prompts
+    # whose answers were not kept) goes on in it, while another model's answers are refused there
+    assert collection_settings(tmp_path / "again") == collection_settings(tmp_path / "own")
+    assert "answers_of" not in collection_settings(tmp_path / "own")
+    prompts = tiny_prompts(6)
+    collect_trajectories(model, tiny_tokenizer(), prompts, tmp_path / "again", block_size=4, max_new_tokens=16, batch_size=2, method="parallel", progress=False, model_id="m")  # fmt: skip
+    assert load_trajectories(tmp_path / "again")["states"][:4] == own["states"]
+    assert len(collected_answers(tmp_path / "again")) == 6
+    with pytest.raises(ValueError, match="answers_of"):
+        _collect(model, tmp_path / "again", model_id="m", answers=answers, answers_of="another")
+
+
+def test_a_folder_without_a_collection_has_no_settings_and_no_answers(tmp_path) -> None:
+    assert collection_settings(tmp_path / "none") is None and collected_answers(tmp_path / "none") == {}
+    (tmp_path / "empty").mkdir()
+    assert collection_settings(tmp_path / "empty") is None and collected_answers(tmp_path / "empty") == {}
 
 
 def test_fixed_answers_are_refused_where_they_cannot_be_used(tmp_path) -> None:

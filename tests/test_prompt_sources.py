@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from hf_jacobi.data.decontamination import find_overlaps, prompt_texts, word_ngrams
-from hf_jacobi.data.function_prompts import HELD_OUT, INSTRUCTION_LINE, package_prompt_set
+from hf_jacobi.data.function_prompts import FUNCTION_PROMPT_INSTRUCTION, HELD_OUT, package_prompt_set
 from hf_jacobi.data.humaneval import load_humaneval
 from hf_jacobi.data.prompt_rows import PROMPT_COLUMNS
 from hf_jacobi.data.prompts import PROMPT_SOURCES, load_prompts, register_prompt_source, resolve_split
@@ -73,10 +73,12 @@ def test_training_prompts_share_no_13_gram_with_any_evaluation_set(packages_all)
 
 def test_held_out_prompts_share_no_13_gram_with_training_prompts():
     train, test = prompt_texts(load_prompts("packages")), prompt_texts(load_prompts("packages", split="test"))
-    assert not find_overlaps(_without(test, INSTRUCTION_LINE), _without(train, INSTRUCTION_LINE))
+    assert not find_overlaps(_without(test, FUNCTION_PROMPT_INSTRUCTION), _without(train, FUNCTION_PROMPT_INSTRUCTION))
     # the shared instruction line alone is no leak, but real shared passages are: the unfiltered rows have some
     held_out_rows = prompt_texts(package_prompt_set("all").select(range(HELD_OUT)))
-    assert find_overlaps(_without(held_out_rows, INSTRUCTION_LINE), _without(train, INSTRUCTION_LINE))
+    assert find_overlaps(
+        _without(held_out_rows, FUNCTION_PROMPT_INSTRUCTION), _without(train, FUNCTION_PROMPT_INSTRUCTION)
+    )
 
 
 def _without(texts: dict[str, str], line: str) -> dict[str, str]:

@@ -59,7 +59,7 @@ def test_stdlib_prompts_are_real_deterministic_and_unique(stdlib_all):
     for messages in stdlib_all["messages"]:
         assert len(messages) == 1 and messages[0]["role"] == "user"
         text = messages[0]["content"]
-        assert text.startswith(function_prompts.STDLIB_INSTRUCTION)
+        assert text.startswith(function_prompts.FUNCTION_PROMPT_INSTRUCTION)
         assert "def " in text
         code = text.split("```python\n", 1)[1].removesuffix("\n```")
         assert isinstance(ast.parse(code).body[0], ast.FunctionDef)

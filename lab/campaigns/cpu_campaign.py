@@ -120,10 +120,10 @@ class Layout:
         a machine without bfloat16 units, where a bfloat16 forward runs several times slower than float32's, goes on in
         float32; training reads every folder as one set (`hf-jacobi train --trajectories A B`), since it trains on the
         base model's own fixed points in either dtype."""
-        from hf_jacobi.data.shards import SETTINGS_FILE
+        from hf_jacobi import collection_settings
 
-        settings = self.trajectories / SETTINGS_FILE
-        if not settings.is_file() or json.loads(settings.read_text()).get("model") == collection_model(self, dtype):
+        settings = collection_settings(self.trajectories)
+        if settings is None or settings.get("model") == collection_model(self, dtype):
             return self.trajectories
         return self.data / f"trajectories-{dtype}"
 
@@ -166,9 +166,9 @@ def resolve_dtype(dtype: str) -> str:
     emulated and several times slower than float32 (`docs/results/campaign-cpu/dtype/`); any other value as given."""
     if dtype != "auto":
         return dtype
-    from hf_jacobi.decoding.cpu_info import bfloat16_units
+    from hf_jacobi import auto_dtype
 
-    return "bfloat16" if bfloat16_units() else "float32"
+    return auto_dtype()
 
 
 CHUNK = 1024
@@ -207,25 +207,17 @@ def ordered_train_prompts(layout: Layout, tokenizer):
 
 def _collected_count(layout: Layout) -> tuple[int, int]:
     """(rows, answer tokens) in the committed trajectory folders."""
-    import pyarrow.parquet as pq
+    from hf_jacobi import collected_answers
 
-    from hf_jacobi.data.shards import list_shards
-
-    rows = tokens = 0
-    for shard in (shard for folder in layout.trajectory_folders for shard in list_shards(folder)):
-        column = pq.read_table(shard, columns=["completion_ids"]).column("completion_ids").to_pylist()
-        rows, tokens = rows + len(column), tokens + sum(len(c) for c in column)
-    return rows, tokens
+    answers = [answer for folder in layout.trajectory_folders for answer in collected_answers(folder).values()]
+    return len(answers), sum(len(answer) for answer in answers)
 
 
 def _collected_ids(folders: list[Path]) -> set[str]:
     """The prompt ids with a trajectory in `folders`."""
-    import pyarrow.parquet as pq
+    from hf_jacobi import collected_answers
 
-    from hf_jacobi.data.shards import list_shards
-
-    shards = (shard for folder in folders for shard in list_shards(folder))
-    return {i for shard in shards for i in pq.read_table(shard, columns=["prompt_id"]).column("prompt_id").to_pylist()}
+    return {prompt_id for folder in folders for prompt_id in collected_answers(folder)}
 
 
 def collect(args: argparse.Namespace) -> int:
@@ -300,7 +292,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _machine() -> str:
     """The CPU model and whether it has bfloat16 units (what the rate depends on)."""
-    from hf_jacobi.decoding.cpu_info import cpu_description
+    from hf_jacobi import cpu_description
 
     return cpu_description()
 
@@ -460,9 +452,9 @@ def reference_weights() -> Path:
     from campaign import scaling
     from campaign.lowrank import ADAPTER_FILE
 
-    from hf_jacobi import adapters
+    from hf_jacobi import JACOBI_FORCING_WEIGHTS
 
-    weights = adapters.JACOBI_FORCING_WEIGHTS
+    weights = JACOBI_FORCING_WEIGHTS
     with open(weights / ADAPTER_FILE, "rb") as handle:
         found = hashlib.file_digest(handle, "sha256").hexdigest()
     if found != scaling.SHIPPED_SHA256:
@@ -698,7 +690,7 @@ def padding(args: argparse.Namespace) -> int:
     from campaign.padding import padding_report
     from transformers import AutoTokenizer
 
-    from hf_jacobi.loading import resolve_model_path
+    from hf_jacobi import resolve_model_path
 
     layout = args.layout
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(layout.model))

@@ -20,11 +20,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hf_jacobi import load_prompts, magpie_prompts
-from hf_jacobi.data.chat import encode_chat
-from hf_jacobi.data.decontamination import find_overlaps, prompt_texts
-from hf_jacobi.data.function_prompts import INSTRUCTION_LINE, rows_dataset
-from hf_jacobi.data.magpie import InstructionFilter, evaluation_texts
+from hf_jacobi import (
+    FUNCTION_PROMPT_INSTRUCTION,
+    InstructionFilter,
+    encode_chat,
+    evaluation_texts,
+    find_overlaps,
+    load_prompts,
+    magpie_prompts,
+    prompt_dataset,
+    prompt_texts,
+)
 
 from .budget import StageTimer
 
@@ -80,7 +86,7 @@ class CollectingFilter(InstructionFilter):
 def comparable(texts: dict[str, str]) -> dict[str, str]:
     """Texts as the overlap check reads them: without the instruction line every `packages` prompt shares (the
     committed split is decontaminated the same way, `function_prompts._clean_held_out_rows`)."""
-    return {key: text.replace(INSTRUCTION_LINE, "") for key, text in texts.items()}
+    return {key: text.replace(FUNCTION_PROMPT_INSTRUCTION, "") for key, text in texts.items()}
 
 
 def held_out_texts() -> dict[str, str]:
@@ -133,7 +139,7 @@ class PromptSet:
 
     def dataset(self, split: str):
         """The split as a prompt dataset (`prompt_id`, `messages`), what collection and `hf-jacobi quality` read."""
-        return rows_dataset([(row["prompt_id"], row["text"]) for row in self.of(split)])
+        return prompt_dataset([(row["prompt_id"], row["text"]) for row in self.of(split)])
 
     def write(self, path: Path) -> None:
         table = pa.Table.from_pylist(self.rows, schema=PROMPT_SCHEMA)

@@ -23,16 +23,10 @@ from . import judging, training
 from .budget import Budget, Manifest, StageTimer
 from .bundle import check_limits, pack_winner
 from .lowrank import svd_adapter, to_bfloat16
+from .method_study import float32_check, measure_methods
 from .prompts import PromptSet, PromptSettings, build_prompt_set
 from .runner import SCRIPT, Job, cli, run_jobs, start, wait_all, with_log_tails
-from .trajectories import (
-    TrajectorySettings,
-    collect_stage,
-    float32_check,
-    measure_methods,
-    read_completions,
-    write_completions,
-)
+from .trajectories import TrajectorySettings, collect_stage, read_completions, write_completions
 
 SAVE_ALLOWANCE_S = 20.0
 """Seconds a training run gets after its deadline step to save its weights and state, within the stage."""

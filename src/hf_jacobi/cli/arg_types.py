@@ -63,8 +63,6 @@ def resolve_dtype(dtype: str) -> str:
     """`dtype`, with "auto" resolved for the device the CLI loads models on."""
     if dtype != AUTO_DTYPE:
         return dtype
-    import torch
+    from ..decoding.cpu_info import auto_dtype
 
-    from ..decoding.cpu_info import bfloat16_units
-
-    return "bfloat16" if not torch.cuda.is_available() and bfloat16_units() is not None else "float32"
+    return auto_dtype()

@@ -14,7 +14,7 @@ from typing import Any
 import datasets
 
 from ..data.model_identity import HASH_CACHE, WeightHashCache, identity_summary, model_identity, training_changes
-from ..data.shards import IDENTITY_FILE, SETTINGS_FILE
+from ..data.shards import IDENTITY_FILE, collection_settings
 from .common import CliError
 
 OTHER_MODEL_FLAG = "--trajectories_of_another_model"
@@ -41,8 +41,8 @@ def check_token_ids(dataset: datasets.Dataset, model: Any, folders: list[str], n
     ids = (pc.max(pc.list_flatten(dataset.data.column(c))).as_py() for c in ("prompt_ids", "completion_ids"))
     top = max((i for i in ids if i is not None), default=-1)
     if top >= size:
-        records = [Path(folder) / SETTINGS_FILE for folder in folders]
-        sources = sorted({json.loads(r.read_text()).get("model", "?") for r in records if r.is_file()})
+        records = [settings for folder in folders if (settings := collection_settings(folder)) is not None]
+        sources = sorted({settings.get("model", "?") for settings in records})
         raise CliError(
             f"--trajectories {' '.join(folders)} hold token id {top}, past the {size}-token vocabulary of "
             f"--model_name_or_path {name or 'embedded'!r}: they were collected with another model ({', '.join(sources)});"

@@ -17,7 +17,6 @@ is its rank.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -37,9 +36,9 @@ from .model_identity import HASH_CACHE, WeightHashCache, model_identity
 from .prompts import encode_prompts
 from .shards import (
     SCHEMA,
-    SETTINGS_FILE,
     check_nothing_lost,
     check_or_record,
+    collection_settings,
     list_shards,
     read_shard,
     recorded_settings,
@@ -92,14 +91,16 @@ def collect_trajectories(
     answer's token: on-policy states of a trained model on the base's answers, which training can then teach it to
     jump through without moving its answers away from the base's. Every prompt needs an answer (cut at
     `max_new_tokens`). `collection.json` records whose answers they are (`answers_of`; for a folder, by default the
-    model its own `collection.json` names), and a resumed collection refuses other answers.
+    model its own `collection.json` names), and a resumed collection refuses other answers. Answers of the collecting
+    model itself (`answers_of` equal to `model_id`, e.g. its greedy answers kept from an earlier run) make the same
+    folder as a collection without them: the states are the model's own trajectories either way.
     """
     _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size, method)
     fixed, answers_of = _fixed_answers(answers, answers_of, method)
     state = process_state()
     output = Path(output_dir)
     settings = _folder_settings(block_size, max_new_tokens, chat, draft_seed, method, model_id)
-    if fixed is not None:
+    if fixed is not None and answers_of != model_id:  # the model's own answers: its own trajectories
         settings = {**settings, "answers_of": answers_of}
     _open_folder(output, settings, state, model, adapter)
     pending = _pending_prompts(prompts, output, state)
@@ -146,9 +147,7 @@ def _fixed_answers(
     folder = Path(answers)
     rows = load_trajectories(folder)
     if answers_of is None:
-        record = folder / SETTINGS_FILE
-        recorded = json.loads(record.read_text(encoding="utf-8")).get("model") if record.is_file() else None
-        answers_of = recorded or str(folder)
+        answers_of = (collection_settings(folder) or {}).get("model") or str(folder)
     return dict(zip(rows["prompt_id"], rows["completion_ids"], strict=True)), answers_of
 
 

@@ -42,7 +42,11 @@ STDLIB_MODULES = (
     "xml.sax.saxutils",
 )  # fmt: skip
 MIN_DOCSTRING_CHARS = 40
-STDLIB_INSTRUCTION = "Implement the Python function below. Write the complete function, including the signature."
+FUNCTION_PROMPT_INSTRUCTION = (
+    "Implement the Python function below. Write the complete function, including the signature."
+)
+"""The line every "implement this function" prompt opens with (`stdlib_prompts`, the `packages` snapshot): a
+decontamination check removes it first, or every pair of such prompts shares its words."""
 
 
 def humaneval_entry_points() -> frozenset[str]:
@@ -77,7 +81,7 @@ def _stdlib_function_prompt(module: str, name: str, function: Callable[..., Any]
             ast.parse(code)
     except SyntaxError:
         return None
-    return f"{STDLIB_INSTRUCTION}\n\n```python\n{code}\n```"
+    return f"{FUNCTION_PROMPT_INSTRUCTION}\n\n```python\n{code}\n```"
 
 
 def _stdlib_rows() -> list[tuple[str, str]]:
@@ -115,11 +119,12 @@ def stdlib_prompts(limit: int | None = None, seed: int = 0) -> datasets.Dataset:
     check_limit(limit)
     rows = _stdlib_rows()
     random.Random(seed).shuffle(rows)
-    return rows_dataset(rows[:limit] if limit is not None else rows)
+    return prompt_dataset(rows[:limit] if limit is not None else rows)
 
 
-def rows_dataset(rows: list[tuple[str, str]]) -> datasets.Dataset:
-    """(prompt_id, text) pairs as a prompt dataset: one user turn each."""
+def prompt_dataset(rows: list[tuple[str, str]]) -> datasets.Dataset:
+    """(prompt_id, text) pairs as a prompt dataset (columns `prompt_id` and `messages`, one user turn each): what
+    `collect_trajectories`, `encode_prompts` and `--prompts FILE` read."""
     return datasets.Dataset.from_dict(
         {
             "prompt_id": [prompt_id for prompt_id, _ in rows],
@@ -133,7 +138,6 @@ PROMPT_SET = Path(__file__).parent / "prompt_sets" / "packages.parquet"
 shipped trajectories."""
 HELD_OUT = 256
 """The snapshot's first prompts are kept out of training; the `test` split is drawn from them."""
-INSTRUCTION_LINE = STDLIB_INSTRUCTION
 SNAPSHOT_SPLITS = ("train", "test", "all")
 """The splits of a shipped prompt snapshot (`snapshot_split`), `train` first: what a caller gets by default."""
 
@@ -169,7 +173,7 @@ def snapshot_split(
 
 def _clean_held_out_rows(table: datasets.Dataset) -> list[int]:
     """Indices of the held-out rows that share no 13-gram with the train rows (the instruction line aside)."""
-    texts = [turns[0]["content"].replace(INSTRUCTION_LINE, "") for turns in table["messages"]]
+    texts = [turns[0]["content"].replace(FUNCTION_PROMPT_INSTRUCTION, "") for turns in table["messages"]]
     train = {str(i): text for i, text in enumerate(texts) if i >= HELD_OUT}
     held_out = {str(i): text for i, text in enumerate(texts[:HELD_OUT])}
     leaking = {int(overlap.candidate) for overlap in find_overlaps(held_out, train)}

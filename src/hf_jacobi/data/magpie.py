@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ..decoding.generate import enable_jacobi
 from ..loading import eos_token_ids
 from .decontamination import NGRAM, word_ngrams
-from .function_prompts import rows_dataset
+from .function_prompts import prompt_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -156,4 +156,4 @@ def magpie_prompts(
             f"kept {len(kept)} of {count} instructions after {budget} batches of {batch_size}: the model rarely ends "
             "its turn within max_new_tokens, or repeats itself; raise max_new_tokens, temperature or max_batches"
         )
-    return rows_dataset([(f"magpie/{seed}/{index}", text) for index, text in enumerate(kept)])
+    return prompt_dataset([(f"magpie/{seed}/{index}", text) for index, text in enumerate(kept)])

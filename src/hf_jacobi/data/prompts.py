@@ -18,7 +18,7 @@ from typing import Any
 import datasets
 
 from .chat import encode_chat
-from .function_prompts import SNAPSHOT_SPLITS, package_prompt_set, rows_dataset, snapshot_split, stdlib_prompts
+from .function_prompts import SNAPSHOT_SPLITS, package_prompt_set, prompt_dataset, snapshot_split, stdlib_prompts
 from .humaneval import chat_prompt, load_humaneval
 from .limits import check_limit, check_split
 from .local_files import LOCAL_BUILDERS, is_local_source, load_hub_dataset, load_local_source
@@ -108,7 +108,7 @@ def held_out_split(source: str, split: str = "test") -> str | None:
 
 def _humaneval_prompts(split: str, limit: int | None, seed: int) -> datasets.Dataset:
     problems = load_humaneval(limit)
-    return rows_dataset([(problem.task_id, chat_prompt(problem)) for problem in problems])
+    return prompt_dataset([(problem.task_id, chat_prompt(problem)) for problem in problems])
 
 
 def _package_prompt_set(split: str, limit: int | None, seed: int) -> datasets.Dataset:

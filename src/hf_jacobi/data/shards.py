@@ -113,6 +113,30 @@ def list_shards(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.parquet") if SHARD_PATTERN.match(p.name))
 
 
+def collection_settings(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The settings a trajectory folder was collected with (`collection.json`: block size, answer budget, chat, draft
+    seed, the model's name and dtype, and the method and whose answers they are where those differ from the
+    defaults), or None for a folder no collection has started in. A pipeline that keeps one folder per model or dtype
+    reads here which one a folder holds before adding to it: a resumed collection refuses another model's rows."""
+    path = Path(folder) / SETTINGS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def collected_answers(folder: str | os.PathLike[str]) -> dict[str, list[int]]:
+    """Each prompt a trajectory folder holds, with its answer's token ids (none for a folder that does not exist or has
+    no shard yet), read from those two columns only. What a driver counts its progress by, and fixed answers that
+    another model's states can be collected toward (`collect_trajectories(answers=...)`)."""
+    answers: dict[str, list[int]] = {}
+    folder = Path(folder)
+    if not folder.is_dir():
+        return answers
+    check_nothing_lost(folder)
+    for shard in list_shards(folder):
+        table = pq.read_table(shard, columns=["prompt_id", "completion_ids"]).to_pydict()
+        answers.update(zip(table["prompt_id"], table["completion_ids"], strict=True))
+    return answers
+
+
 def shard_rank_and_number(path: Path) -> tuple[int, int]:
     match = SHARD_PATTERN.match(path.name)
     if match is None:

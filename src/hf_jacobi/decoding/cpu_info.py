@@ -48,6 +48,15 @@ def bfloat16_units() -> str | None:
     return None
 
 
+def auto_dtype() -> str:
+    """What `--dtype auto` loads in: "bfloat16" on a CPU with bfloat16 units, where a block's verify costs little more
+    than a one-token forward, else "float32", which keeps Jacobi's answers greedy's token for token (and on a CPU
+    without the units runs faster than emulated bfloat16)."""
+    import torch
+
+    return "bfloat16" if not torch.cuda.is_available() and bfloat16_units() is not None else "float32"
+
+
 def model_name(cpuinfo: str | Path = CPUINFO) -> str | None:
     """The processor's model name where Linux tells it (as /proc/cpuinfo spells it), else None."""
     return first_cpu(cpuinfo).get("model name") or None
