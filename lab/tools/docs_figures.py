@@ -49,6 +49,7 @@ from figure_blocks import (  # noqa: E402, F401
     model_card,
     probe,
     shipped_adapter,
+    tables,
     training_study,
 )
 from figure_blocks.core import BLOCKS, ROOT, Page  # noqa: E402

@@ -1,35 +1,11 @@
-"""The results page's CPU benches of the embedded model: each round's bench table, the shipped adapter's decoding
-paths, the tuner's roofline and predictions, and greedy's speed from one run of a bench to the next."""
+"""The results page's sentences on the CPU benches of the embedded model: the tuner's choices, the shipped adapter's
+decoding paths across machines, and greedy's speed from one run of a bench to the next (the benches' and tune runs'
+tables themselves are entries of docs/results/tables.json)."""
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
-from .core import JF, Page, bench_rows, block, load, markdown_table, rng
-
-
-def _roofline(path: str) -> str:
-    curve = {int(k): v for k, v in load(path)["roofline_seconds"].items()}
-    rows = ["| tokens | ms | x one token |", "|---:|---:|---:|"]
-    rows += [f"| {n} | {s * 1000:.2f} | {s / curve[1]:.2f} |" for n, s in sorted(curve.items())]
-    return "\n".join(rows)
-
-
-def _predictions(path: str, limit: int) -> str:
-    """The tuner's best `limit` predictions, against its prediction for greedy."""
-    predictions = load(path)["predictions"]
-    greedy = next(p["predicted_tokens_per_s"] for p in predictions if p["candidate"] == "greedy")
-    rows = [
-        "| setting | tokens/forward | mean width | predicted tok/s | vs greedy |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for p in predictions[:limit]:
-        rows.append(
-            f"| {p['candidate']} | {p['tokens_per_forward']:.2f} | {p['mean_width']:.1f} | "
-            f"{p['predicted_tokens_per_s']:.1f} | {p['predicted_tokens_per_s'] / greedy:.2f}x |"
-        )
-    return "\n".join(rows)
+from .core import JF, Page, bench_rows, block, load, rng
+from .tables import files_of, predictions, roofline
 
 
 @block("tune-embedded")
@@ -38,41 +14,13 @@ def tune_embedded(page: Page) -> str:
     data = load(path)
     verified = data["verified"][0]
     return (
-        _roofline(path)
+        roofline(path)
         + "\n\n"
-        + _predictions(path, 5)
+        + predictions(path, 5)
         + f"\n\nThe knee (the widest forward within 1.5x a one-token forward) is {data['roofline_knee_tokens']} "
         f"tokens; the best prediction ({verified['candidate']}) was timed at {verified['speedup']:.2f}x greedy, "
         f'inside the 3% margin, so tune wrote `decoding="{data["choice"]["decoding"]}"`. File: {page.ref(path)}.'
     )
-
-
-def _tune_table(page: Page, path: str) -> str:
-    """A tune run's roofline, its five best predictions and its finalists' timings against greedy."""
-    data = load(path)
-    rows = _predictions(path, 5)
-    timed = "; ".join(
-        f"{v['candidate']} {v['speedup']:.2f}x (medians {v['seconds']:.1f} s against {v['greedy_seconds']:.1f} s)"
-        for v in data["verified"]
-    )
-    return (
-        _roofline(path)
-        + "\n\n"
-        + rows
-        + f"\n\nTimed against greedy over {data['verified'][0]['rounds']} alternating rounds: {timed}. "
-        f"File: {page.ref(path)}."
-    )
-
-
-@block("tune-trained")
-def tune_trained(page: Page) -> str:
-    return _tune_table(page, f"{JF}/tune-trained.json")
-
-
-@block("tune-short-chain")
-def tune_short_chain(page: Page) -> str:
-    """Tune over short chains beside long candidates (recipe `tune-short-chain`); its choice was not shipped."""
-    return _tune_table(page, f"{JF}/tune-short-chain.json")
 
 
 @block("tune-round4")
@@ -93,29 +41,6 @@ PATHS_SECOND_OLD_CODE = f"{JF}/paths-heldout-second-machine/earlier-code/bench.j
 PATHS_SHORT_CHAIN = f"{JF}/paths-heldout-short-chain/bench.json"
 PATHS_COMPILED = "Jacobi recycling n=8 (compiled static cache in 5 widths)"
 """The shipped default on the compiled static cache, the CPU's default widths: its row in every `paths-heldout`."""
-
-
-BENCH_TABLES = load("bench-tables.json")["tables"]
-"""docs/results/bench-tables.json: the blocks that show one bench run's table, by marker name (results are data: a new
-run's table is an entry there)."""
-
-
-def bench_table(page: Page, path: str, loops: bool = False) -> str:
-    """A bench run's table (the bench.md beside `path`), with the answers that ended in a loop where asked."""
-    table = markdown_table(str(Path(path).with_suffix(".md")))
-    if not loops:
-        return table + f"\n\nFile: {page.ref(path)}."
-    rows = load(path)["summary"]
-    looping = "; ".join(f"{row['setting']} {row['collapsed']} of {row['samples']}" for row in rows)
-    return (
-        table + f"\n\nAnswers that end in a loop (the last 64 tokens under 40% distinct 4-grams): {looping}. "
-        f"File: {page.ref(path)}."
-    )
-
-
-for _name, _entry in BENCH_TABLES.items():
-    block(_name)(functools.partial(lambda page, entry: bench_table(page, entry["file"], entry.get("loops", False)),
-                                   entry=_entry))  # fmt: skip
 
 
 @block("short-chain-verdict")
@@ -169,7 +94,7 @@ def paths_runs(page: Page) -> str:
 
 
 # every CPU bench of the embedded model: greedy's speed differs from one run to the next
-CPU_BENCHES = [*(entry["file"] for entry in BENCH_TABLES.values()), PATHS_SECOND_OLD_CODE]
+CPU_BENCHES = [*files_of("bench"), PATHS_SECOND_OLD_CODE]
 
 
 @block("greedy-speed-range")

@@ -1,5 +1,5 @@
-"""The blocks written for the shipped adapter's model card: the rounds' held-out curves, round 4's gains, its
-wall-clock bench and the GPU sentence (the card is published without the docs, so its figures are its own)."""
+"""The blocks written for the shipped adapter's model card: round 4's gains, its wall-clock bench and the GPU sentence
+(the rounds' held-out curves are entries of docs/results/tables.json) (the card is published without the docs, so its figures are its own)."""
 
 from __future__ import annotations
 
@@ -12,48 +12,12 @@ from .core import (
     block,
     evaluation,
     gpu_model,
-    heldout_curve,
     load,
     rng,
     run_folder,
     shipped_when,
     trained,
 )
-
-
-def _curve_table(path: str, reference: str, first: str) -> str:
-    rows = [
-        f"| step | plain tokens/forward | distinct 3-grams | NLL of the {reference} model's answers |",
-        "|---:|---:|---:|---:|",
-    ]
-    curve = heldout_curve(path)
-    for i, entry in enumerate(curve):
-        step = f"0 ({first})" if entry["step"] == 0 else str(entry["step"])
-        tpf = f"{entry['heldout/plain_tokens_per_forward']:.3f}"
-        if i == len(curve) - 1:
-            tpf = f"**{tpf}**"
-        rows.append(
-            f"| {step} | {tpf} | {entry['heldout/distinct_3grams']:.3f} | {entry['heldout/reference_nll']:.3f} |"
-        )
-    return "\n".join(rows)
-
-
-@block("card-curve-repair")
-def card_curve_repair(page: Page) -> str:
-    path = f"{JF}/training-states/lora-r16-base-targets/trainer_state.json"
-    return _curve_table(path, "round-4", "round 4") + f"\n\nFile: {page.ref(path)}."
-
-
-@block("card-curve-round4")
-def card_curve_round4(page: Page) -> str:
-    path = f"{JF}/training-states/{ROUND4}/trainer_state.json"
-    return _curve_table(path, "round-3", "round 3") + f"\n\nFile: {page.ref(path)}."
-
-
-@block("card-curve-round3")
-def card_curve_round3(page: Page) -> str:
-    path = f"{JF}/reproduction/training-states/{ROUND3}/trainer_state.json"
-    return _curve_table(path, "round-2", "round 2") + f"\n\nFile: {page.ref(path)} (the uninterrupted re-run)."
 
 
 @block("card-gains")
