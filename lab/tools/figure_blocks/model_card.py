@@ -1,5 +1,6 @@
 """The blocks written for the shipped adapter's model card: round 4's gains, its wall-clock bench and the GPU sentence
-(the rounds' held-out curves are entries of docs/results/tables.json) (the card is published without the docs, so its figures are its own)."""
+(the card is published without the docs, so its figures are its own; the rounds' held-out curves are entries of
+docs/results/tables.json)."""
 
 from __future__ import annotations
 
