@@ -70,19 +70,7 @@ def parallel_rows(
 
 def sequential_rows(model, tokenizer, prompts, folder: Path, settings: TrajectorySettings) -> list[dict]:
     """Trajectory rows of `prompts` (a prompt dataset) by the project's collection, into `folder` (resumed)."""
-    collect_trajectories(
-        model,
-        tokenizer,
-        prompts,
-        folder,
-        block_size=settings.block_size,
-        max_new_tokens=settings.max_new_tokens,
-        batch_size=settings.batch_size,
-        shard_size=settings.batch_size,
-        draft_seed=settings.draft_seed,
-        model_id=settings.model_id,
-        progress=False,
-    )
+    collect_trajectories(model, tokenizer, prompts, folder, **settings.collection_arguments(), method="sequential")
     wanted = set(prompts["prompt_id"])
     return [row for row in load_trajectories(folder).to_list() if row["prompt_id"] in wanted]
 

@@ -46,6 +46,18 @@ class TrajectorySettings:
     check_prompts: int = 64
     """Prompts checked against greedy decoding in float32."""
 
+    def collection_arguments(self) -> dict[str, Any]:
+        """`collect_trajectories`' arguments for these settings but the method: a shard per batch, no progress bar."""
+        return {
+            "block_size": self.block_size,
+            "max_new_tokens": self.max_new_tokens,
+            "batch_size": self.batch_size,
+            "shard_size": self.batch_size,
+            "draft_seed": self.draft_seed,
+            "model_id": self.model_id,
+            "progress": False,
+        }
+
     def identity(self) -> dict[str, Any]:
         """What the answers depend on: a resumed call with other values recollects instead of reusing them."""
         return {k: v for k, v in asdict(self).items() if k in ("max_new_tokens", "dtype", "model_id")}
@@ -122,16 +134,10 @@ def collect_stage(
             tokenizer,
             prompts.select(batch),
             folder,
-            block_size=settings.block_size,
-            max_new_tokens=settings.max_new_tokens,
-            batch_size=settings.batch_size,
-            shard_size=settings.batch_size,
-            draft_seed=settings.draft_seed,
-            model_id=settings.model_id,
+            **settings.collection_arguments(),
             method=settings.method,
             answers=given,
             answers_of=settings.model_id if given else None,
-            progress=False,
         )
         new = {ids[i] for i in batch}
         done = collected_answers(folder)
