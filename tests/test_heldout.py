@@ -92,7 +92,10 @@ def test_a_run_ending_on_a_measured_step_is_measured_once_and_its_state_saved_wi
 def test_a_resumed_run_scores_the_starting_models_answers_not_its_own(tmp_path):
     tokenizer, heldout = _trajectories_and_heldout(tmp_path)
 
+    steps: list[int] = []
+
     def run(max_steps: int, resume: bool) -> HeldOutSpeedCallback:
+        nonlocal steps
         callback = HeldOutSpeedCallback(
             heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8
         )
@@ -106,16 +109,52 @@ def test_a_resumed_run_scores_the_starting_models_answers_not_its_own(tmp_path):
             processing_class=tokenizer, callbacks=[callback],
         )  # fmt: skip
         trainer.train(resume_from_checkpoint=str(tmp_path / "o" / "checkpoint-3") if resume else None)
+        steps = [entry["step"] for entry in heldout_curve(trainer.state.log_history)]
         return callback
 
     untrained = greedy_answers(fresh_tiny_model("llama"), heldout, 8, batch_size=1)
     assert run(3, resume=False).reference_answers == untrained
+    # checkpoint-3 was saved after step 3, which is not measured: the resume measures it once, at its start
+    assert [entry["step"] for entry in _curve(tmp_path / "o" / "checkpoint-3")] == [0, 2]
     # the resumed run measures at step 3 first: the model there is trained, its answers are not the base's
     assert run(5, resume=True).reference_answers == untrained
+    assert steps == [0, 2, 3, 4, 5]
     # a resume that finds no saved reference warns and leaves none behind for the next resume to trust
     (tmp_path / "o" / REFERENCE_FILE).unlink()
     run(5, resume=True)
     assert not (tmp_path / "o" / REFERENCE_FILE).exists()
+
+
+def _curve(folder) -> list[dict]:
+    return heldout_curve(json.loads((folder / "trainer_state.json").read_text())["log_history"])
+
+
+def test_a_run_resumed_at_a_measured_step_logs_that_step_once(tmp_path):
+    tokenizer, heldout = _trajectories_and_heldout(tmp_path)
+    measured, steps = [], []
+
+    def run(max_steps: int, resume: bool) -> None:
+        callback = HeldOutSpeedCallback(
+            heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8
+        )
+        args = JacobiForcingConfig(
+            output_dir=str(tmp_path / "r"), max_steps=max_steps, per_device_train_batch_size=2, learning_rate=5e-2,
+            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="steps",
+            save_steps=2, noise_window=4,
+        )  # fmt: skip
+        trainer = JacobiForcingTrainer(
+            fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
+            processing_class=tokenizer, callbacks=[callback],
+        )  # fmt: skip
+        trainer.train(resume_from_checkpoint=str(tmp_path / "r" / "checkpoint-2") if resume else None)
+        measured.append(callback.reference_answers is not None)
+        steps.append([entry["step"] for entry in heldout_curve(trainer.state.log_history)])
+
+    run(2, resume=False)
+    assert [entry["step"] for entry in _curve(tmp_path / "r" / "checkpoint-2")] == [0, 2]
+    run(4, resume=True)
+    assert steps[-1] == [0, 2, 4]  # step 2 once, not again on resume
+    assert measured == [True, True]  # the resumed run still scored step 4 against the saved reference
 
 
 def test_bad_settings_are_refused():

@@ -60,6 +60,8 @@ class HeldOutSpeedCallback(TrainerCallback):
         if not state.is_world_process_zero or model is None or self.last_measured == state.global_step:
             return
         self.last_measured = state.global_step
+        if any(entry["step"] == state.global_step for entry in heldout_curve(state.log_history)):
+            return  # resumed from a checkpoint saved right after this step's measurement: once is its figure
         if self.reference_answers is None and state.global_step > 0:  # resumed: the answers taken at step 0
             self.reference_answers = self._saved_reference(Path(args.output_dir), state.global_step)
         was_training = model.training
