@@ -1,9 +1,10 @@
 """The recipe's A/Bs (lab/recipe_ab.yaml): which setting of Jacobi Forcing's training moves acceptance, each judged by
 the acceptance probe in minutes instead of by a day of decoding.
 
-Every arm is one `hf-jacobi train` over the shipped recipe with one setting changed, on the same trajectories, for the
-same number of optimizer steps, evaluated every `eval_steps` on the same held-out trajectories; its figures are the
-trainer's own log (`eval_probe/...`, the consistency diagnostics). An arm resumes from its newest checkpoint, so a
+Every arm is one `hf-jacobi train` over the shipped recipe with one setting changed (a flag, the prompts it trains on,
+or its own collection of the base model's trajectories, e.g. longer answers, collected first), for the same number of
+optimizer steps, evaluated every `eval_steps` on the same held-out trajectories; its figures are the trainer's own log
+(`eval_probe/...`, the consistency diagnostics). An arm resumes from its newest checkpoint, so a
 call cut short (`--minutes`) is started again with the same command:
 
     python lab/recipe_ab.py run [--arms baseline lr-x4] [--minutes 170] [--output-dir runs/recipe-ab]
@@ -60,18 +61,71 @@ def newest_state(run: Path) -> dict[str, Any] | None:
     return json.loads(found[-1].read_text()) if found else None
 
 
-def arm_arguments(settings: dict[str, Any], arm: str, run: Path, eval_prompts: Path, seconds: float) -> list[str]:
+def arm_spec(settings: dict[str, Any], arm: str) -> dict[str, Any]:
+    """An arm as a mapping: `flags` (added to every arm's `hf-jacobi train` flags), and optionally `prompts` (train on
+    the order's first `train_prompts` prompts whose id starts with it, instead of its first ones) and `collect` (train
+    on the base model's own trajectories of the arm's prompts, collected with the settings' `collect_flags` and these;
+    e.g. longer answers). A list is the flags alone."""
+    spec = settings["arms"][arm]
+    spec = {"flags": spec} if isinstance(spec, list) else dict(spec)
+    unknown = sorted(set(spec) - {"flags", "prompts", "collect"})
+    if unknown:
+        raise SystemExit(f"arm {arm!r} has unknown key(s) {unknown}; an arm has flags, prompts and collect")
+    return {"flags": list(spec.get("flags", [])), "prompts": spec.get("prompts"), "collect": spec.get("collect")}
+
+
+def train_prompt_file(settings: dict[str, Any], prefix: str, folder: Path) -> Path:
+    """The order's first `train_prompts` prompts whose id starts with `prefix`, none from the evaluation slice on."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    order = pq.read_table(ROOT / settings["prompt_order"]).slice(0, settings["eval_prompts"][0])
+    chosen = order.filter(pc.starts_with(order.column("prompt_id"), prefix))
+    if chosen.num_rows < settings["train_prompts"]:
+        raise SystemExit(
+            f"prompts {prefix!r}: {chosen.num_rows} of them come before the evaluation slice, fewer than "
+            f"train_prompts ({settings['train_prompts']})"
+        )
+    path = folder / f"train-prompts-{prefix.strip('/').replace('/', '-')}.parquet"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(chosen.slice(0, settings["train_prompts"]), path)
+    return path
+
+
+def arm_data(settings: dict[str, Any], spec: dict[str, Any], run: Path) -> tuple[Path, Path]:
+    """The arm's trajectory folder and prompt file: the settings' own, or the arm's prompts and its own collection
+    (collected first, resumed where a call stopped)."""
+    prompts = ROOT / settings["prompt_order"]
+    if spec["prompts"] is not None:
+        prompts = train_prompt_file(settings, spec["prompts"], run.parent)
+    if spec["collect"] is None:
+        return ROOT / settings["trajectories"], prompts
+    trajectories = run.parent / f"{run.name}-trajectories"
+    collect = [
+        "collect", *map(str, settings.get("collect_flags", [])), *map(str, spec["collect"]),
+        "--prompts", str(prompts), "--num_prompts", str(settings["train_prompts"]), "--output_dir", str(trajectories),
+    ]  # fmt: skip
+    if hf_jacobi(collect) != 0:
+        raise SystemExit(f"collecting {run.name}'s trajectories failed: hf-jacobi {' '.join(collect)}")
+    return trajectories, prompts
+
+
+def arm_arguments(
+    settings: dict[str, Any], arm: str, run: Path, eval_prompts: Path, seconds: float, data: tuple[Path, Path]
+) -> list[str]:
+    trajectories, prompts = data
     arguments = [
         "train", "--config", str(ROOT / settings["config"]), *map(str, settings.get("flags", [])),
-        "--trajectories", str(ROOT / settings["trajectories"]),
-        "--trajectory_prompts", str(ROOT / settings["prompt_order"]),
+        "--trajectories", str(trajectories),
+        "--trajectory_prompts", str(prompts),
         "--num_trajectory_prompts", str(settings["train_prompts"]),
         "--eval_trajectories", str(ROOT / settings["trajectories"]), "--eval_trajectory_prompts", str(eval_prompts),
         "--eval_strategy", "steps", "--eval_steps", str(settings.get("eval_steps", 10)),
         "--stop_after_steps", str(settings["steps"]), "--stop_after_seconds", str(max(0, int(seconds))),
         "--save_strategy", "steps", "--save_steps", str(settings["steps"]), "--save_only_model", "false",
         "--save_total_limit", "1", "--save_every_seconds", str(SAVE_EVERY_S), "--report_to", "none",
-        "--output_dir", str(run), *map(str, settings["arms"][arm]),
+        "--output_dir", str(run), *map(str, arm_spec(settings, arm)["flags"]),
     ]  # fmt: skip
     if any(run.glob("checkpoint-*")):
         arguments += ["--resume_from_checkpoint", "last"]
@@ -84,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(arms) - set(settings["arms"]))
     if unknown:
         raise SystemExit(f"unknown arm(s) {unknown}; {args.settings} has {sorted(settings['arms'])}")
+    for arm in arms:  # every arm's form is checked before the first one trains
+        arm_spec(settings, arm)
     eval_prompts = eval_prompt_file(settings, args.output_dir)
     deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
     for arm in arms:
@@ -96,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"[recipe-ab] stopping before {arm}: {left / 60:.0f} minutes left", flush=True)
             return 0
         print(f"[recipe-ab] {arm}: from step {state['global_step'] if state else 0}", flush=True)
-        code = hf_jacobi(arm_arguments(settings, arm, folder, eval_prompts, min(left, 1e9)))
+        data = arm_data(settings, arm_spec(settings, arm), folder)
+        left = deadline - time.monotonic()
+        code = hf_jacobi(arm_arguments(settings, arm, folder, eval_prompts, min(left, 1e9), data))
         if code != 0:
             return code
         if deadline - time.monotonic() < 60:
@@ -121,10 +179,10 @@ def arm_figures(state: dict[str, Any]) -> dict[str, Any]:
 def table(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     arms = {}
-    for arm, flags in settings["arms"].items():
+    for arm in settings["arms"]:
         state = newest_state(args.output_dir / arm)
         if state is not None:
-            arms[arm] = {"flags": flags, **arm_figures(state)}
+            arms[arm] = {**arm_spec(settings, arm), **arm_figures(state)}
     if not arms:
         raise SystemExit(f"no arm has trained yet in {args.output_dir}")
     report = {"settings": {k: v for k, v in settings.items() if k != "arms"}, "arms": arms}
@@ -152,7 +210,9 @@ def markdown(report: dict[str, Any]) -> str:
         depth0 = f"{curve[-1]['depth0_rate']:.3f}" if curve else "-"
         cells = [f"{log[k]:.3f}" if k in log else "-" for k in ("consistency_agreement", "consistency_loss",
                                                                   "consistency_teacher_entropy")]  # fmt: skip
-        lines.append(f"| {arm} | `{' '.join(a['flags']) or '(shipped)'}` | {a['steps']} | {tpi} | {depth0} | "
+        change = " ".join([*a["flags"], *([f"prompts {a['prompts']}*"] if a.get("prompts") else []),
+                           *([f"collected with {' '.join(a['collect'])}"] if a.get("collect") else [])])  # fmt: skip
+        lines.append(f"| {arm} | `{change or '(shipped)'}` | {a['steps']} | {tpi} | {depth0} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -11,7 +11,7 @@ import datasets
 import pytest
 import yaml
 
-from hf_jacobi import collect_trajectories, load_prompts
+from hf_jacobi import collect_trajectories, load_prompts, load_trajectories
 from tiny_models import fresh_tiny_model, tiny_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -74,4 +74,34 @@ def test_bad_arms_and_an_eval_slice_inside_the_training_prompts_are_refused(sett
     settings.write_text(yaml.safe_dump({**data, "eval_prompts": [2, 6]}))
     arguments = recipe_ab.parse([*common, "run"])
     with pytest.raises(SystemExit, match=r"eval_prompts \[2, 6\] overlap the first 4"):
+        arguments.func(arguments)
+
+
+def test_an_arm_of_other_prompts_or_its_own_collection_trains_on_them(settings: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load(settings.read_text())
+    model = data["config"].replace("train.yaml", "model")
+    data["collect_flags"] = ["--model_name_or_path", model, "--block_size", "4", "--batch_size", "2"]
+    data["arms"] = {"longer": {"collect": ["--max_new_tokens", "16"]}, "prefixed": {"prompts": "p", "flags": []}}
+    settings.write_text(yaml.safe_dump(data))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    common = ["--settings", str(settings), "--output-dir", str(runs)]
+    arguments = recipe_ab.parse([*common, "run"])
+    assert arguments.func(arguments) == 0
+    own = load_trajectories(runs / "longer-trajectories")
+    assert own["prompt_id"] == ["p0", "p1", "p2", "p3"] and max(map(len, own["completion_ids"])) > 12
+    assert (runs / "train-prompts-p.parquet").is_file()
+    arguments = recipe_ab.parse([*common, "table", "--results", str(results)])
+    assert arguments.func(arguments) == 0
+    report = json.loads((results / "ab.json").read_text())
+    assert {arm: a["steps"] for arm, a in report["arms"].items()} == {"longer": 2, "prefixed": 2}
+    table = (results / "ab.md").read_text()
+    assert "| longer | `collected with --max_new_tokens 16` |" in table and "| prefixed | `prompts p*` |" in table
+    # too few prompts of a prefix before the evaluation slice, or a key an arm cannot have, is refused up front
+    settings.write_text(yaml.safe_dump({**data, "arms": {"few": {"prompts": "p1"}}}))
+    arguments = recipe_ab.parse([*common, "run"])
+    with pytest.raises(SystemExit, match=r"prompts 'p1': 1 of them come before the evaluation slice, fewer than"):
+        arguments.func(arguments)
+    settings.write_text(yaml.safe_dump({**data, "arms": {"odd": {"flag": []}}}))
+    arguments = recipe_ab.parse([*common, "run"])
+    with pytest.raises(SystemExit, match=r"arm 'odd' has unknown key\(s\) \['flag'\]"):
         arguments.func(arguments)
