@@ -15,8 +15,7 @@ import pytest
 from transformers import GenerationConfig
 
 from hf_jacobi import JacobiConfig, JacobiForcingTrainer
-from hf_jacobi.bench_results import BenchResults
-from hf_jacobi.card import CardInfo, render_model_card
+from hf_jacobi.card import BenchResults, CardInfo, render_model_card
 from hf_jacobi.checkpoint import CUSTOM_GENERATE_DIR, decoding_sources, jacobi_generation_config
 from hf_jacobi.cli import main
 from hf_jacobi.hub.export import prepare_publish_folder

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..atomic import write_text
-from ..bench_results import markdown_table
+from ..card import markdown_table
 from ..decoding.cpu_info import bfloat16_units, model_name
 from .runner import BenchRun
 from .settings import AR_COMPILE_MODE, AR_COMPILED, COMPILED, EAGER, JACOBI, STATIC

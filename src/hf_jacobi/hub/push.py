@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_folder, check_writable
-from ..bench_results import BenchResults
-from ..card import CardInfo, fenced_files
+from ..card import BenchResults, CardInfo, fenced_files
 from ..checkpoint import TRAINING_RECORD
 from ..decoding.config import JacobiConfig
 from .export import jacobi_forcing_record, prepare_publish_folder, stage_checkpoint
