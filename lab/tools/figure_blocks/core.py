@@ -153,8 +153,10 @@ def rng(values: list[float], fmt: str = ".2f") -> str:
 
 
 def heldout_curve(path: str) -> list[dict]:
-    """The held-out figures a training run logged (`HeldOutSpeedCallback`), step by step."""
-    return [e for e in load(path)["log_history"] if "heldout/plain_tokens_per_forward" in e]
+    """The held-out figures a training run logged (`HeldOutSpeedCallback`), step by step, each step once (a run
+    resumed at a measured step used to log that step a second time, with the same model)."""
+    entries = [e for e in load(path)["log_history"] if "heldout/plain_tokens_per_forward" in e]
+    return [e for i, e in enumerate(entries) if all(e["step"] != f["step"] for f in entries[:i])]
 
 
 def bold_if(label: str, text: str) -> str:

@@ -289,31 +289,6 @@ QUALITY_HUMANEVAL = "quality-cpu/humaneval/quality.json"
 """`quality-humaneval`: the base, the shipped adapter and the one before it on HumanEval's 164 problems as users ask."""
 
 
-@block("quality-humaneval")
-def quality_humaneval(page: Page) -> str:
-    """Per model: HumanEval answers that pass their tests and that end in a loop, and the set's two bars."""
-    if not (RESULTS / QUALITY_HUMANEVAL).is_file():
-        return "not measured yet"
-    report = load(QUALITY_HUMANEVAL)
-    lines = [
-        "| model | pass@1 | answers collapsed into a loop | bars met (loops, pass@1) |",
-        "|---|---:|---:|---:|",
-    ]
-    for model in report["models"]:
-        figures = model["quality"]["humaneval"]
-        bars = report["targets_met"].get(model["name"])
-        met = "-" if bars is None else f"{sum(bars.values())} of {len(bars)}"
-        lines.append(
-            f"| {model['name']} | {figures['code_passed']} of {figures['answers']} | {figures['collapsed']} | {met} |"
-        )
-    protocol = report["protocol"]
-    return (
-        "\n".join(lines)
-        + f"\n\nGreedy, {protocol['dtype']}, {protocol['max_new_tokens']} new tokens, batch {protocol['batch_size']}. "
-        f"File: {page.ref(QUALITY_HUMANEVAL)}."
-    )
-
-
 @block("quality-humaneval-loops")
 def quality_humaneval_loops(page: Page) -> str:
     """The README's clause: the shipped adapter's HumanEval loops against the base's, with the file."""

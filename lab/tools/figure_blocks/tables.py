@@ -1,5 +1,5 @@
-"""The blocks that show one results file as a table, listed in docs/results/tables.json by marker name: one renderer
-per kind of table (a bench run, a tune run, a training run's held-out curve). Results are data: a new run's table is an
+"""The blocks that show results files as a table, listed in docs/results/tables.json by marker name: one renderer per
+kind of table (a bench run, a tune run, a training run's held-out curve, HumanEval quality runs). Results are data: a new run's table is an
 entry in that file, not a function here."""
 
 from __future__ import annotations
@@ -89,7 +89,46 @@ def heldout_curve_table(page: Page, entry: dict[str, Any]) -> str:
     return "\n".join(rows) + f"\n\nFile: {page.ref(entry['file'])}{note}."
 
 
+def humaneval_quality_table(page: Page, entry: dict[str, Any]) -> str:
+    """HumanEval as users ask it, model by model, from one or more `hf-jacobi quality --sets humaneval` runs of the
+    same protocol (`files`; a model in several is read from the first; `models` picks and orders them): pass@1, the
+    answers that end in a loop and the set's bars, with the held-out tokens per forward of each speed setting where
+    `speed` asks for them."""
+    reports = [load(path) for path in entry["files"]]
+    models: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for model in report["models"]:
+            models.setdefault(model["name"], {**model, "bars": report["targets_met"].get(model["name"])})
+    names = entry.get("models") or list(models)
+    speed = [s["name"] for s in models[names[0]]["speed"]] if entry.get("speed") else []
+    lines = [
+        "| model |"
+        + "".join(f" held-out {name} tokens/forward |" for name in speed)
+        + " pass@1 | answers collapsed into a loop | bars met (loops, pass@1) |",
+        "|---|" + "---:|" * (len(speed) + 3),
+    ]
+    for name in names:
+        model = models[name]
+        figures, bars = model["quality"]["humaneval"], model["bars"]
+        met = "-" if bars is None else f"{sum(bars.values())} of {len(bars)}"
+        tpf = {s["name"]: s["tokens_per_forward"] for s in model["speed"]}
+        lines.append(
+            f"| {name} |"
+            + "".join(f" {tpf[setting]:.3f} |" for setting in speed)
+            + f" {figures['code_passed']} of {figures['answers']} | {figures['collapsed']} | {met} |"
+        )
+    protocol = reports[0]["protocol"]
+    where = f"; held-out tokens per forward on {protocol['speed_prompts']}" if speed else ""
+    files = ", ".join(page.ref(path) for path in entry["files"])
+    return (
+        "\n".join(lines)
+        + f"\n\nGreedy, {protocol['dtype']}, {protocol['max_new_tokens']} new tokens, batch {protocol['batch_size']}"
+        f"{where}. {'Files' if len(entry['files']) > 1 else 'File'}: {files}."
+    )
+
+
 RENDERERS: dict[str, Callable[[Page, dict[str, Any]], str]] = {
+    "humaneval-quality": humaneval_quality_table,
     "bench": bench_table,
     "tune": tune_table,
     "heldout-curve": heldout_curve_table,
@@ -98,7 +137,7 @@ RENDERERS: dict[str, Callable[[Page, dict[str, Any]], str]] = {
 
 def files_of(kind: str) -> list[str]:
     """The results files of every table of `kind`."""
-    return [entry["file"] for entry in TABLES.values() if entry["kind"] == kind]
+    return [entry["file"] for entry in TABLES.values() if entry["kind"] == kind and "file" in entry]
 
 
 for _name, _entry in TABLES.items():
