@@ -16,11 +16,10 @@ from hf_jacobi.training.collator import (
     NO_BLOCK,
     CleanView,
     JacobiForcingCollator,
-    Segment,
     pack_trajectory,
 )
 from hf_jacobi.training.losses import IGNORE_INDEX, NO_TEACHER
-from hf_jacobi.training.masks import NoiseAwareMask, noise_aware_mask, training_attention_mask
+from hf_jacobi.training.masks import NoiseAwareMask, Segment, noise_aware_mask, training_attention_mask
 from hf_jacobi.training.schedule import choose_states, target_noise
 from tiny_models import EOS, FAMILIES, PAD, random_prompts, tiny_model
 

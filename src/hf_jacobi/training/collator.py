@@ -19,6 +19,7 @@ import torch
 from ..data.trajectories import first_mismatch
 from ..decoding.drafts import stable_seed
 from .losses import IGNORE_INDEX, NO_TEACHER
+from .masks import Segment
 from .schedule import choose_states, target_noise
 
 if TYPE_CHECKING:
@@ -26,19 +27,6 @@ if TYPE_CHECKING:
 
 NO_BLOCK = -1
 """`block_ids` value of a token outside every block (the prompt and padding)."""
-
-
-class Segment:
-    """What a token of a packed sequence is; `segment_ids` holds these, and the noise-aware mask is defined on them.
-
-    Plain ints rather than an IntEnum: FlexAttention traces the mask function with vmap, where comparing a tensor with
-    an IntEnum member silently gives a wrong mask.
-    """
-
-    PROMPT = 0
-    NOISY = 1
-    CLEAN = 2
-    PADDING = 3
 
 
 @dataclass

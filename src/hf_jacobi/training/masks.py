@@ -22,7 +22,20 @@ from typing import Any
 import torch
 
 from ..decoding.masks import FULL, SLIDING, AttentionLayout, layer_masks
-from .collator import Segment
+
+
+class Segment:
+    """What a token of a packed sequence is; `segment_ids` holds these, and the noise-aware mask is defined on them.
+
+    Plain ints rather than an IntEnum: FlexAttention traces the mask function with vmap, where comparing a tensor with
+    an IntEnum member silently gives a wrong mask.
+    """
+
+    PROMPT = 0
+    NOISY = 1
+    CLEAN = 2
+    PADDING = 3
+
 
 FULL_LAYOUT = AttentionLayout(kinds=(FULL,), sliding_window=None)
 NOISY_PASTS = ("noisy", "clean")

@@ -26,13 +26,13 @@ from ..card import CITATION, CardInfo, render_model_card, tuning_note
 from ..checkpoint import base_generation_config, complete_checkpoint, write_training_record
 from ..decoding.config import JacobiConfig
 from .adapter_switch import AdapterSwitch
-from .collator import ANCHOR_TEXT, CleanView, JacobiForcingCollator, Segment
+from .collator import ANCHOR_TEXT, CleanView, JacobiForcingCollator
 from .config import JacobiForcingConfig
 from .dataset import CollatorEpoch, training_collator, training_datasets
 from .frozen_base import prepare_frozen_base
 from .frozen_casts import FrozenWeightCasts, cached_cast_dtype
 from .losses import NO_TEACHER, LossItems, ar_loss, base_kl_loss, consistency_loss
-from .masks import NoiseAwareMask
+from .masks import NoiseAwareMask, Segment
 from .probe import probe_acceptance
 from .run_record import base_model_name, recipe_markdown, training_record
 from .sampling import LENGTH_STRATEGIES, LengthGroupedEpochSampler
