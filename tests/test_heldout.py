@@ -34,7 +34,12 @@ def _trajectories_and_heldout(tmp_path):
         fresh_tiny_model("llama"), tokenizer, _prompts(4, 0), tmp_path / "t", block_size=4, max_new_tokens=12,
         batch_size=2, progress=False,
     )  # fmt: skip
-    return tokenizer, [encode_chat(tokenizer, m) for m in _prompts(3, 50)["messages"]]
+    return tokenizer, _heldout()
+
+
+def _heldout() -> list[list[int]]:
+    """3 prompts none of the trajectories holds, chat-encoded for the tiny tokenizer."""
+    return [encode_chat(tiny_tokenizer(), m) for m in _prompts(3, 50)["messages"]]
 
 
 def test_the_curve_is_logged_at_the_start_every_k_steps_and_at_the_end(tmp_path):
@@ -89,39 +94,39 @@ def test_a_run_ending_on_a_measured_step_is_measured_once_and_its_state_saved_wi
     assert [entry["step"] for entry in heldout_curve(checkpoint["log_history"])] == [0, 2]
 
 
+def _resumable_run(
+    tmp_path, folder: str, save_steps: int, max_steps: int, resume: bool
+) -> tuple[HeldOutSpeedCallback, list[int]]:
+    """A tiny run into tmp_path/folder measured every 2 steps and saved every `save_steps`, or its resume from the
+    checkpoint at `save_steps`: the callback and the steps of the held-out curve the trainer's state holds."""
+    tokenizer, heldout = tiny_tokenizer(), _heldout()
+    callback = HeldOutSpeedCallback(heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8)
+    args = JacobiForcingConfig(
+        output_dir=str(tmp_path / folder), max_steps=max_steps, per_device_train_batch_size=2, learning_rate=5e-2,
+        use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="steps",
+        save_steps=save_steps, noise_window=4,
+    )  # fmt: skip
+    trainer = JacobiForcingTrainer(
+        fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
+        processing_class=tokenizer, callbacks=[callback],
+    )  # fmt: skip
+    checkpoint = tmp_path / folder / f"checkpoint-{save_steps}"
+    trainer.train(resume_from_checkpoint=str(checkpoint) if resume else None)
+    return callback, [entry["step"] for entry in heldout_curve(trainer.state.log_history)]
+
+
 def test_a_resumed_run_scores_the_starting_models_answers_not_its_own(tmp_path):
-    tokenizer, heldout = _trajectories_and_heldout(tmp_path)
-
-    steps: list[int] = []
-
-    def run(max_steps: int, resume: bool) -> HeldOutSpeedCallback:
-        nonlocal steps
-        callback = HeldOutSpeedCallback(
-            heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8
-        )
-        args = JacobiForcingConfig(
-            output_dir=str(tmp_path / "o"), max_steps=max_steps, per_device_train_batch_size=2, learning_rate=5e-2,
-            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="steps",
-            save_steps=3, noise_window=4,
-        )  # fmt: skip
-        trainer = JacobiForcingTrainer(
-            fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
-            processing_class=tokenizer, callbacks=[callback],
-        )  # fmt: skip
-        trainer.train(resume_from_checkpoint=str(tmp_path / "o" / "checkpoint-3") if resume else None)
-        steps = [entry["step"] for entry in heldout_curve(trainer.state.log_history)]
-        return callback
-
+    _, heldout = _trajectories_and_heldout(tmp_path)
     untrained = greedy_answers(fresh_tiny_model("llama"), heldout, 8, batch_size=1)
-    assert run(3, resume=False).reference_answers == untrained
+    assert _resumable_run(tmp_path, "o", 3, 3, resume=False)[0].reference_answers == untrained
     # checkpoint-3 was saved after step 3, which is not measured: the resume measures it once, at its start
     assert [entry["step"] for entry in _curve(tmp_path / "o" / "checkpoint-3")] == [0, 2]
     # the resumed run measures at step 3 first: the model there is trained, its answers are not the base's
-    assert run(5, resume=True).reference_answers == untrained
-    assert steps == [0, 2, 3, 4, 5]
+    callback, steps = _resumable_run(tmp_path, "o", 3, 5, resume=True)
+    assert callback.reference_answers == untrained and steps == [0, 2, 3, 4, 5]
     # a resume that finds no saved reference warns and leaves none behind for the next resume to trust
     (tmp_path / "o" / REFERENCE_FILE).unlink()
-    run(5, resume=True)
+    _resumable_run(tmp_path, "o", 3, 5, resume=True)
     assert not (tmp_path / "o" / REFERENCE_FILE).exists()
 
 
@@ -130,31 +135,12 @@ def _curve(folder) -> list[dict]:
 
 
 def test_a_run_resumed_at_a_measured_step_logs_that_step_once(tmp_path):
-    tokenizer, heldout = _trajectories_and_heldout(tmp_path)
-    measured, steps = [], []
-
-    def run(max_steps: int, resume: bool) -> None:
-        callback = HeldOutSpeedCallback(
-            heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8
-        )
-        args = JacobiForcingConfig(
-            output_dir=str(tmp_path / "r"), max_steps=max_steps, per_device_train_batch_size=2, learning_rate=5e-2,
-            use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="steps",
-            save_steps=2, noise_window=4,
-        )  # fmt: skip
-        trainer = JacobiForcingTrainer(
-            fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
-            processing_class=tokenizer, callbacks=[callback],
-        )  # fmt: skip
-        trainer.train(resume_from_checkpoint=str(tmp_path / "r" / "checkpoint-2") if resume else None)
-        measured.append(callback.reference_answers is not None)
-        steps.append([entry["step"] for entry in heldout_curve(trainer.state.log_history)])
-
-    run(2, resume=False)
+    _trajectories_and_heldout(tmp_path)
+    _resumable_run(tmp_path, "r", 2, 2, resume=False)
     assert [entry["step"] for entry in _curve(tmp_path / "r" / "checkpoint-2")] == [0, 2]
-    run(4, resume=True)
-    assert steps[-1] == [0, 2, 4]  # step 2 once, not again on resume
-    assert measured == [True, True]  # the resumed run still scored step 4 against the saved reference
+    callback, steps = _resumable_run(tmp_path, "r", 2, 4, resume=True)
+    assert steps == [0, 2, 4]  # step 2 once, not again on resume
+    assert callback.reference_answers is not None  # step 4 was still scored against the saved reference
 
 
 def test_bad_settings_are_refused():
