@@ -155,7 +155,9 @@ def rng(values: list[float], fmt: str = ".2f") -> str:
 def heldout_curve(path: str) -> list[dict]:
     """The held-out figures a training run logged (`HeldOutSpeedCallback`), step by step, each step once (a run
     resumed at a measured step used to log that step a second time, with the same model)."""
-    entries = [e for e in load(path)["log_history"] if "heldout/plain_tokens_per_forward" in e]
+    from hf_jacobi.training.heldout import heldout_curve as logged_curve
+
+    entries = [e for e in logged_curve(load(path)["log_history"]) if "heldout/plain_tokens_per_forward" in e]
     return [e for i, e in enumerate(entries) if all(e["step"] != f["step"] for f in entries[:i])]
 
 
