@@ -5,10 +5,13 @@ Every arm is one `hf-jacobi train` over the shipped recipe with one setting chan
 or its own collection of the base model's trajectories, e.g. longer answers, collected first), for the same number of
 optimizer steps, evaluated every `eval_steps` on the same held-out trajectories; its figures are the trainer's own log
 (`eval_probe/...`, the consistency diagnostics). An arm resumes from its newest checkpoint, so a
-call cut short (`--minutes`) is started again with the same command:
+call cut short (`--minutes`) is started again with the same command. The committed table is a record too: an arm it
+holds under the same settings is not trained again, and stays in the table when its run is gone (the runs are ignored
+files, lost with the machine):
 
-    python lab/recipe_ab.py run [--arms baseline lr-x4] [--minutes 170] [--output-dir runs/recipe-ab]
-    python lab/recipe_ab.py table [--output-dir runs/recipe-ab] [--results docs/results/recipe-ab]
+    python lab/recipe_ab.py [--output-dir runs/recipe-ab] [--results docs/results/recipe-ab] run [--arms baseline lr-x4]
+        [--minutes 170]
+    python lab/recipe_ab.py [--output-dir runs/recipe-ab] [--results docs/results/recipe-ab] table
 
 The winners go on to `hf-jacobi quality` and held-out tokens per forward (recipes/smollm2-135m/README.md).
 """
@@ -59,6 +62,24 @@ def newest_state(run: Path) -> dict[str, Any] | None:
         return json.loads((run / "trainer_state.json").read_text())
     found = sorted(run.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     return json.loads(found[-1].read_text()) if found else None
+
+
+def recorded_arms(settings: dict[str, Any], results: Path) -> dict[str, dict[str, Any]]:
+    """The arms of the committed table (`results`/ab.json) trained under these settings (every key but the arms) and
+    each as its arm is defined now, to its steps: what a lost run leaves that still answers the same question."""
+    path = results / "ab.json"
+    if not path.is_file():
+        return {}
+    report = json.loads(path.read_text(encoding="utf-8"))
+    if report["settings"] != {k: v for k, v in settings.items() if k != "arms"}:
+        return {}
+    return {
+        arm: figures
+        for arm, figures in report["arms"].items()
+        if arm in settings["arms"]
+        and figures["steps"] >= settings["steps"]
+        and {k: figures.get(k) for k in ("flags", "prompts", "collect")} == arm_spec(settings, arm)
+    }
 
 
 def arm_spec(settings: dict[str, Any], arm: str) -> dict[str, Any]:
@@ -141,11 +162,15 @@ def run(args: argparse.Namespace) -> int:
     for arm in arms:  # every arm's form is checked before the first one trains
         arm_spec(settings, arm)
     eval_prompts = eval_prompt_file(settings, args.output_dir)
+    recorded = recorded_arms(settings, args.results)
     deadline = time.monotonic() + 60 * args.minutes if args.minutes is not None else float("inf")
     for arm in arms:
         folder = args.output_dir / arm
         state = newest_state(folder)
         if state is not None and state["global_step"] >= settings["steps"]:
+            continue
+        if state is None and arm in recorded:
+            print(f"[recipe-ab] {arm}: in {args.results / 'ab.json'} already, not trained again", flush=True)
             continue
         left = deadline - time.monotonic()
         if left < 5 * 60:
@@ -178,13 +203,16 @@ def arm_figures(state: dict[str, Any]) -> dict[str, Any]:
 
 def table(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
+    recorded = recorded_arms(settings, args.results)
     arms = {}
     for arm in settings["arms"]:
         state = newest_state(args.output_dir / arm)
         if state is not None:
             arms[arm] = {**arm_spec(settings, arm), **arm_figures(state)}
+        elif arm in recorded:
+            arms[arm] = recorded[arm]
     if not arms:
-        raise SystemExit(f"no arm has trained yet in {args.output_dir}")
+        raise SystemExit(f"no arm has trained yet in {args.output_dir} or {args.results / 'ab.json'}")
     report = {"settings": {k: v for k, v in settings.items() if k != "arms"}, "arms": arms}
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "ab.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -200,19 +228,20 @@ def markdown(report: dict[str, Any]) -> str:
         f"Each arm: {s['steps']} steps of 32 rows on the base's trajectories of the first {s['train_prompts']:,} "
         f"prompts; the probe on those of prompts {s['eval_prompts'][0]}-{s['eval_prompts'][1] - 1} of the same order.",
         "",
-        "| arm | flags | steps | probe tokens / iteration (first -> last) | depth-0 rate (last) | agreement | "
+        "| arm | flags | steps | probe tokens / iteration (first -> last) | gain | depth-0 rate (last) | agreement | "
         "consistency loss | teacher entropy |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---:|---|---|---|---|",
     ]
     for arm, a in report["arms"].items():
         curve, log = a["curve"], a["last_log"]
         tpi = f"{curve[0]['tokens_per_iteration']:.3f} -> {curve[-1]['tokens_per_iteration']:.3f}" if curve else "-"
+        gain = f"{curve[-1]['tokens_per_iteration'] - curve[0]['tokens_per_iteration']:+.3f}" if curve else "-"
         depth0 = f"{curve[-1]['depth0_rate']:.3f}" if curve else "-"
         cells = [f"{log[k]:.3f}" if k in log else "-" for k in ("consistency_agreement", "consistency_loss",
                                                                   "consistency_teacher_entropy")]  # fmt: skip
         change = " ".join([*a["flags"], *([f"prompts {a['prompts']}*"] if a.get("prompts") else []),
                            *([f"collected with {' '.join(a['collect'])}"] if a.get("collect") else [])])  # fmt: skip
-        lines.append(f"| {arm} | `{change or '(shipped)'}` | {a['steps']} | {tpi} | {depth0} | "
+        lines.append(f"| {arm} | `{change or '(shipped)'}` | {a['steps']} | {tpi} | {gain} | {depth0} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -242,13 +271,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output-dir", type=Path, default=ROOT / "runs" / "recipe-ab", help="the arms' runs (ignored)"
     )
+    parser.add_argument(
+        "--results", type=Path, default=ROOT / "docs" / "results" / "recipe-ab", help="the committed table's folder"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     go = commands.add_parser("run", help="train the arms in order, each resumed where it stopped")
     go.add_argument("--arms", nargs="+", help="these arms only (default: all, in the file's order)")
     go.add_argument("--minutes", type=float, help="stop the call after this long (the arm in training saves)")
     go.set_defaults(func=run)
     show = commands.add_parser("table", help="the arms' figures as JSON, a table and the probe's curves")
-    show.add_argument("--results", type=Path, default=ROOT / "docs" / "results" / "recipe-ab")
     show.set_defaults(func=table)
     return parser.parse_args(argv)
 

@@ -76,6 +76,25 @@ def test_a_collection_killed_anywhere_resumes_to_the_uninterrupted_dataset(promp
         assert not list(folder.glob(".*.tmp")), points  # what the kill left half-written was removed
 
 
+def test_a_collection_with_a_time_limit_stops_between_batches_and_goes_on(prompts, reference, tmp_path, monkeypatch):
+    """`stop_after_seconds` starts no batch once the time is up: the batches before are written, the next call goes on
+    where it stopped, and the folder ends as an uninterrupted collection's."""
+    from hf_jacobi.data import collection
+
+    clock = iter(range(0, 10_000, 10))  # every reading of the clock is 10 s later
+    monkeypatch.setattr(collection.time, "monotonic", lambda: next(clock))
+    model, tokenizer = tiny_model("llama"), tiny_tokenizer()
+    collect_trajectories(model, tokenizer, prompts, tmp_path, **SETTINGS, stop_after_seconds=15)
+    assert len(load_trajectories(tmp_path)) == SETTINGS["batch_size"]  # one batch started before 15 s, none after
+    collect_trajectories(model, tokenizer, prompts, tmp_path, **SETTINGS, stop_after_seconds=0)
+    assert len(load_trajectories(tmp_path)) == SETTINGS["batch_size"]
+    collect_trajectories(model, tokenizer, prompts, tmp_path, **SETTINGS, stop_after_seconds=None)
+    assert load_trajectories(tmp_path).to_list() == reference
+    for bad in (-1, float("nan"), float("inf"), True, "60"):
+        with pytest.raises(ValueError, match=r"stop_after_seconds must be a number of seconds >= 0 or None, got"):
+            collect_trajectories(model, tokenizer, prompts, tmp_path, **SETTINGS, stop_after_seconds=bad)
+
+
 def test_a_damaged_shard_is_named_set_aside_and_collected_again(prompts, reference, tmp_path, caplog):
     folder = tmp_path / "damaged"
     collect_trajectories(tiny_model("llama"), tiny_tokenizer(), prompts, folder, **SETTINGS)

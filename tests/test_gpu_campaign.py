@@ -110,7 +110,7 @@ def _check_resume(first_out: Path, first_work: Path, root: Path) -> None:
     stages = json.loads((out / "campaign.json").read_text())["stages"]
     assert stages["prompts"]["resumed_rows"] == 48 and stages["prompts"]["batches"] == 0
     assert stages["trajectories"]["resume"] == "40 answers resumed"
-    assert stages["trajectories"]["generated_batches"] == 0 and stages["trajectories"]["rows"] == 40
+    assert stages["trajectories"]["generated_rows"] == 0 and stages["trajectories"]["rows"] == 40
     again = load_trajectories(work / "trajectories").to_list()
     assert again == load_trajectories(first_work / "trajectories").to_list()
 

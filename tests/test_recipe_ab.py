@@ -4,6 +4,7 @@ on held-out trajectories at each evaluation, resumed without retraining, and rea
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -46,10 +47,10 @@ def settings(tmp_path: Path) -> Path:
 
 def test_arms_train_to_their_steps_resume_and_tabulate(settings: Path, tmp_path: Path) -> None:
     runs, results = tmp_path / "runs", tmp_path / "results"
-    common = ["--settings", str(settings), "--output-dir", str(runs)]
+    common = ["--settings", str(settings), "--output-dir", str(runs), "--results", str(results)]
     arguments = recipe_ab.parse([*common, "run"])
     assert arguments.func(arguments) == 0
-    arguments = recipe_ab.parse([*common, "table", "--results", str(results)])
+    arguments = recipe_ab.parse([*common, "table"])
     assert arguments.func(arguments) == 0
     report = json.loads((results / "ab.json").read_text())
     assert list(report["arms"]) == ["baseline", "fixed-point-targets"]
@@ -63,6 +64,22 @@ def test_arms_train_to_their_steps_resume_and_tabulate(settings: Path, tmp_path:
     arguments = recipe_ab.parse([*common, "run", "--arms", "baseline"])
     assert arguments.func(arguments) == 0
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("trainer_state.json")} == before
+    # the committed table outlives the runs: an arm it holds under the same settings is neither trained again nor
+    # dropped from the table; an arm defined anew, or any change of the settings, drops what it recorded
+    committed = (results / "ab.json").read_text()
+    shutil.rmtree(runs)
+    arguments = recipe_ab.parse([*common, "run"])
+    assert arguments.func(arguments) == 0
+    assert not list(runs.rglob("trainer_state.json"))
+    arguments = recipe_ab.parse([*common, "table"])
+    assert arguments.func(arguments) == 0
+    assert (results / "ab.json").read_text() == committed
+    data = yaml.safe_load(settings.read_text())
+    data["arms"]["fixed-point-targets"] = ["--consistency_targets", "fixed_point", "--learning_rate", "1e-2"]
+    settings.write_text(yaml.safe_dump(data))
+    assert list(recipe_ab.recorded_arms(recipe_ab.load_settings(settings), results)) == ["baseline"]
+    settings.write_text(yaml.safe_dump({**data, "steps": 3}))
+    assert recipe_ab.recorded_arms(recipe_ab.load_settings(settings), results) == {}
 
 
 def test_bad_arms_and_an_eval_slice_inside_the_training_prompts_are_refused(settings: Path, tmp_path: Path) -> None:
@@ -84,13 +101,13 @@ def test_an_arm_of_other_prompts_or_its_own_collection_trains_on_them(settings: 
     data["arms"] = {"longer": {"collect": ["--max_new_tokens", "16"]}, "prefixed": {"prompts": "p", "flags": []}}
     settings.write_text(yaml.safe_dump(data))
     runs, results = tmp_path / "runs", tmp_path / "results"
-    common = ["--settings", str(settings), "--output-dir", str(runs)]
+    common = ["--settings", str(settings), "--output-dir", str(runs), "--results", str(results)]
     arguments = recipe_ab.parse([*common, "run"])
     assert arguments.func(arguments) == 0
     own = load_trajectories(runs / "longer-trajectories")
     assert own["prompt_id"] == ["p0", "p1", "p2", "p3"] and max(map(len, own["completion_ids"])) > 12
     assert (runs / "train-prompts-p.parquet").is_file()
-    arguments = recipe_ab.parse([*common, "table", "--results", str(results)])
+    arguments = recipe_ab.parse([*common, "table"])
     assert arguments.func(arguments) == 0
     report = json.loads((results / "ab.json").read_text())
     assert {arm: a["steps"] for arm, a in report["arms"].items()} == {"longer": 2, "prefixed": 2}

@@ -1,7 +1,7 @@
 """Stage 2: the base model's Jacobi trajectories of every training prompt, as trajectory shards `hf-jacobi train` reads.
 
-The bulk is the library's own collection (`collect_trajectories`, by `--trajectory-method`), a batch of prompts per
-call so that the stage stops at its deadline between calls; the measurement of both methods and the float32 check at
+The bulk is the library's own collection (`collect_trajectories`, by `--trajectory-method`), each call bounded in time
+(`stop_after_seconds`) so that the stage saves as it goes and stops at its deadline between batches; the measurement of both methods and the float32 check at
 the start of the stage are `method_study.py`'s.
 
 Greedy answers are what resume needs: a later call rebuilds the parallel method's states from them in a few forwards
@@ -85,21 +85,12 @@ def read_completions(path: Path, settings: TrajectorySettings) -> tuple[dict[str
     return dict(zip(rows["prompt_id"], rows["completion_ids"], strict=True)), f"{table.num_rows} answers resumed"
 
 
-def _batches(ids: list[str], lengths: list[int], done, known, size: int) -> list[list[int]]:
-    """Indices of the prompts still to collect, in batches: those with a known answer first (no generation), each
-    group by prompt length (less padding)."""
+def _groups(ids: list[str], lengths: list[int], done, known) -> list[tuple[bool, list[int]]]:
+    """Indices of the prompts still to collect: those with a known answer (no generation), then the rest, each group
+    by prompt length (less padding in a batch)."""
     pending = [i for i, prompt_id in enumerate(ids) if prompt_id not in done]
-    ordered = sorted(pending, key=lambda i: (ids[i] not in known, lengths[i]))
-    batches, current = [], []
-    for index in ordered:
-        if current and (ids[index] in known) != (ids[current[0]] in known):
-            batches.append(current)
-            current = []
-        current.append(index)
-        if len(current) == size:
-            batches.append(current)
-            current = []
-    return batches + ([current] if current else [])
+    groups = [(True, [i for i in pending if ids[i] in known]), (False, [i for i in pending if ids[i] not in known])]
+    return [(given, sorted(group, key=lengths.__getitem__)) for given, group in groups if group]
 
 
 def collect_stage(
@@ -111,44 +102,53 @@ def collect_stage(
     work: Path,
     known: dict[str, list[int]],
     save: Callable[[dict[str, list[int]], dict], None],
-    save_every_s: float = 15.0,
+    save_every_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Stage 2's bulk: every training prompt's trajectory into `work/trajectories`, a batch per call of
-    `collect_trajectories` until done or the deadline, the `known` answers (the model's own, from an earlier call)
-    iterated to instead of generated again; `save(completions, record)` keeps the returned files current. The folder
-    records the model and its dtype, so a resumed call with another refuses it."""
+    """Stage 2's bulk: every training prompt's trajectory into `work/trajectories` until done or the deadline, by
+    `collect_trajectories` over the prompts whose answers are `known` (the model's own, from an earlier call: iterated
+    to instead of generated again), then over the rest. A call stops after `save_every_s` (`stop_after_seconds`) and
+    the next goes on where it stopped, so that `save(completions, record)` keeps the returned files current while the
+    folder is read a few times a minute, not once a batch. The folder records the model and its dtype, so a resumed
+    call with another refuses it."""
     folder = work / "trajectories"
     ids = list(prompts["prompt_id"])
     done = collected_answers(folder)
-    record: dict[str, Any] = {"method": settings.method, "dtype": settings.dtype, "already": len(done)}
-    totals = {"rows": 0, "tokens": 0, "generated_batches": 0}
+    already = {prompt_id for prompt_id in ids if prompt_id in done}
+    record: dict[str, Any] = {"method": settings.method, "dtype": settings.dtype, "already": len(already)}
     lengths = [len(prompt) for prompt in encode_prompts(prompts, tokenizer)]
-    start, last_save, record["stopped"] = time.perf_counter(), time.perf_counter(), "done"
-    for batch in _batches(ids, lengths, done, known, settings.batch_size):
-        if timer.expired():
-            record["stopped"] = "deadline"
-            break
-        given = {ids[i]: known[ids[i]] for i in batch} if ids[batch[0]] in known else None
-        collect_trajectories(
-            model,
-            tokenizer,
-            prompts.select(batch),
-            folder,
-            **settings.collection_arguments(),
-            method=settings.method,
-            answers=given,
-            answers_of=settings.model_id if given else None,
-        )
-        new = {ids[i] for i in batch}
-        done = collected_answers(folder)
-        totals["rows"] += len(new)
-        totals["generated_batches"] += given is None
-        totals["tokens"] += sum(len(done[prompt_id]) for prompt_id in new)
-        if time.perf_counter() - last_save > save_every_s:
-            save(done, {**record, **totals})
-            last_save = time.perf_counter()
+    start, generated, record["stopped"] = time.perf_counter(), set(), "done"
+
+    def totals() -> dict[str, Any]:
+        new = [prompt_id for prompt_id in ids if prompt_id in done and prompt_id not in already]
+        return {"rows": len(new), "tokens": sum(len(done[p]) for p in new), "generated_rows": len(generated)}
+
+    for given, group in _groups(ids, lengths, done, known):
+        subset = prompts.select(group)
+        answers = {ids[i]: known[ids[i]] for i in group} if given else None
+        while not all(ids[i] in done for i in group):
+            if timer.expired():
+                record["stopped"] = "deadline"
+                break
+            before = len(done)
+            collect_trajectories(
+                model,
+                tokenizer,
+                subset,
+                folder,
+                **settings.collection_arguments(),
+                method=settings.method,
+                answers=answers,
+                answers_of=settings.model_id if given else None,
+                stop_after_seconds=min(save_every_s, timer.seconds_left()),
+            )
+            done = collected_answers(folder)
+            if len(done) == before and not timer.expired():
+                raise RuntimeError(f"a call of {save_every_s:g} s collected no trajectory into {folder}")
+            if not given:
+                generated |= {ids[i] for i in group if ids[i] in done}
+            save(done, {**record, **totals()})
     seconds = time.perf_counter() - start
-    record.update(totals, seconds=round(seconds, 1), tokens_per_s=totals["tokens"] / max(seconds, 1e-9))
-    record.update(collected=len(done), of=len(ids))
+    record.update(totals(), seconds=round(seconds, 1))
+    record.update(tokens_per_s=record["tokens"] / max(seconds, 1e-9), collected=len(done), of=len(ids))
     save(done, record)
     return record

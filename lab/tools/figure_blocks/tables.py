@@ -1,5 +1,5 @@
 """The blocks that show results files as a table, listed in docs/results/tables.json by marker name: one renderer per
-kind of table (a bench run, a tune run, a training run's held-out curve, HumanEval quality runs). Results are data: a new run's table is an
+kind of table (a bench run, a tune run, a training run's held-out curve, HumanEval quality runs, the recipe's A/Bs). Results are data: a new run's table is an
 entry in that file, not a function here."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .core import Page, block, heldout_curve, load, markdown_table
+from .core import RESULTS, Page, block, heldout_curve, load, markdown_table
 
 TABLES: dict[str, dict[str, Any]] = load("tables.json")["tables"]
 """docs/results/tables.json: marker name -> {"kind", "file", the kind's options}."""
@@ -127,11 +127,24 @@ def humaneval_quality_table(page: Page, entry: dict[str, Any]) -> str:
     )
 
 
+def recipe_ab_table(page: Page, entry: dict[str, Any]) -> str:
+    """The recipe's A/Bs (`lab/recipe_ab.py table`): the ab.md it writes from the ab.json named, and its plot of the
+    probe's curve of every arm."""
+    path = Path(entry["file"])
+    text = (RESULTS / path.with_suffix(".md")).read_text(encoding="utf-8").strip()
+    png = str(path.with_suffix(".png"))
+    return (
+        text + f"\n\n![the probe's held-out curve of every arm]({page.url(png)})\n\n"
+        f"Files: {page.ref(str(path))}, {page.ref(str(path.with_suffix('.md')))}, {page.ref(png)}."
+    )
+
+
 RENDERERS: dict[str, Callable[[Page, dict[str, Any]], str]] = {
     "humaneval-quality": humaneval_quality_table,
     "bench": bench_table,
     "tune": tune_table,
     "heldout-curve": heldout_curve_table,
+    "recipe-ab": recipe_ab_table,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +48,13 @@ class CollectArguments(PromptArguments):
         },
     )
 
+    stop_after_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "Start no batch after this many seconds (what is collected stays; the same command goes on "
+            "where it stopped), to fit a time slot"
+        },
+    )
     answers: str | None = field(
         default=None,
         metadata={
@@ -54,6 +62,12 @@ class CollectArguments(PromptArguments):
             "greedy ones (--method parallel): a trained model's states on the base's answers"
         },
     )
+
+    def __post_init__(self) -> None:
+        """Refuses a time limit a collection could not keep, before any model loads."""
+        seconds = self.stop_after_seconds
+        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"--stop_after_seconds must be a number of seconds >= 0, got {seconds!r}.")
 
     def model_id(self, model_args: ModelConfig) -> str:
         """What the trajectories come from, recorded in the folder so that a resumed collection cannot mix models."""
@@ -95,10 +109,14 @@ def run_collect(argv: list[str]) -> int:
             adapter=args.adapter,
             method=args.method,
             answers=args.answers,
+            stop_after_seconds=args.stop_after_seconds,
         )
     if state.is_main_process:
         collected = load_trajectories(output)
         blocks = sum(len(s) for s in collected["states"])
         states = sum(len(b) for s in collected["states"] for b in s)
+        left = len(set(prompts["prompt_id"]) - set(collected["prompt_id"]))
         print(f"{len(collected)} trajectories, {blocks} blocks, {states} states in {output}")
+        if left > 0:
+            print(f"{left} prompts left: run the same command again to go on")
     return 0

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,7 @@ def collect_trajectories(
     method: str = "sequential",
     answers: str | os.PathLike[str] | Mapping[str, Sequence[int]] | None = None,
     answers_of: str | None = None,
+    stop_after_seconds: float | None = None,
 ) -> Path:
     """Runs Jacobi decoding over `prompts` (columns `prompt_id`, `messages`) and writes trajectory shards.
 
@@ -81,6 +84,9 @@ def collect_trajectories(
     (block size, token budget, chat formatting, and `model_id` when given: a name for the model, e.g. "embedded" or
     the base plus the adapter a second round collects from) are refused with the values that differ, and so is
     another model under the same name (see `model_identity`; `adapter`: the LoRA folder merged into `model`).
+
+    `stop_after_seconds`: start no batch after this long (the batch in flight finishes and is written), so a call fits
+    a time slot (a leased machine, a job queue's limit) and the next call on the folder goes on where it stopped.
 
     `method`: "sequential" (the loop's own states) or "parallel" (every block's iterations at once from the greedy
     answers, faster with a large `batch_size`; `block_iterations`); a folder holds one method's rows.
@@ -95,7 +101,9 @@ def collect_trajectories(
     model itself (`answers_of` equal to `model_id`, e.g. its greedy answers kept from an earlier run) make the same
     folder as a collection without them: the states are the model's own trajectories either way.
     """
+    started = time.monotonic()
     _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size, method)
+    _check_seconds(stop_after_seconds)
     fixed, answers_of = _fixed_answers(answers, answers_of, method)
     state = process_state()
     output = Path(output_dir)
@@ -114,6 +122,12 @@ def collect_trajectories(
         total=len(pending), desc=f"collect[{state.process_index}]", disable=not progress, position=state.process_index
     )
     for batch_indices in in_batches(pending, batch_size):
+        if stop_after_seconds is not None and time.monotonic() - started >= stop_after_seconds:
+            logger.info(
+                "process %d: stop_after_seconds=%s reached, %d prompts left for the next call",
+                state.process_index, stop_after_seconds, len(pending) - bar.n,
+            )  # fmt: skip
+            break
         batch = prompts.select(batch_indices)
         prompt_ids = encode_prompts(batch, tokenizer, chat=chat, max_prompt_tokens=max_prompt_tokens)
         given = None if fixed is None else _answers_for(fixed, batch["prompt_id"], max_new_tokens)
@@ -201,6 +215,19 @@ def _check_arguments(
         raise ValueError(
             f"prompt ids must be unique (a trajectory is stored and resumed by its prompt id); repeated: {repeated[:5]}."
         )
+
+
+def _check_seconds(stop_after_seconds: float | None) -> None:
+    """Refuses a time limit that is not a finite number of seconds >= 0 (None: no limit)."""
+    if stop_after_seconds is None:
+        return
+    if (
+        not isinstance(stop_after_seconds, (int, float))
+        or isinstance(stop_after_seconds, bool)
+        or not math.isfinite(stop_after_seconds)
+        or stop_after_seconds < 0
+    ):
+        raise ValueError(f"stop_after_seconds must be a number of seconds >= 0 or None, got {stop_after_seconds!r}.")
 
 
 def _open_folder(output: Path, settings: dict[str, Any], state, model, adapter: str | os.PathLike[str] | None) -> None:
