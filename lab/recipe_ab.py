@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from hf_jacobi import collected_answers
 from hf_jacobi.cli import main as hf_jacobi
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,9 +115,9 @@ def train_prompt_file(settings: dict[str, Any], prefix: str, folder: Path) -> Pa
     return path
 
 
-def arm_data(settings: dict[str, Any], spec: dict[str, Any], run: Path) -> tuple[Path, Path]:
+def arm_data(settings: dict[str, Any], spec: dict[str, Any], run: Path, seconds: float) -> tuple[Path, Path] | None:
     """The arm's trajectory folder and prompt file: the settings' own, or the arm's prompts and its own collection
-    (collected first, resumed where a call stopped)."""
+    (collected first within `seconds`, resumed where a call stopped; None while it is not complete)."""
     prompts = ROOT / settings["prompt_order"]
     if spec["prompts"] is not None:
         prompts = train_prompt_file(settings, spec["prompts"], run.parent)
@@ -126,9 +127,12 @@ def arm_data(settings: dict[str, Any], spec: dict[str, Any], run: Path) -> tuple
     collect = [
         "collect", *map(str, settings.get("collect_flags", [])), *map(str, spec["collect"]),
         "--prompts", str(prompts), "--num_prompts", str(settings["train_prompts"]), "--output_dir", str(trajectories),
+        *(["--stop_after_seconds", str(int(seconds))] if seconds < 1e9 else []),
     ]  # fmt: skip
     if hf_jacobi(collect) != 0:
         raise SystemExit(f"collecting {run.name}'s trajectories failed: hf-jacobi {' '.join(collect)}")
+    if len(collected_answers(trajectories)) < settings["train_prompts"]:
+        return None
     return trajectories, prompts
 
 
@@ -177,7 +181,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"[recipe-ab] stopping before {arm}: {left / 60:.0f} minutes left", flush=True)
             return 0
         print(f"[recipe-ab] {arm}: from step {state['global_step'] if state else 0}", flush=True)
-        data = arm_data(settings, arm_spec(settings, arm), folder)
+        data = arm_data(settings, arm_spec(settings, arm), folder, min(left, 1e9))
+        if data is None:
+            print(
+                f"[recipe-ab] {arm}: its own collection stopped at the time limit; the same command goes on",
+                flush=True,
+            )
+            return 0
         left = deadline - time.monotonic()
         code = hf_jacobi(arm_arguments(settings, arm, folder, eval_prompts, min(left, 1e9), data))
         if code != 0:

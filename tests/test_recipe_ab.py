@@ -101,6 +101,10 @@ def test_an_arm_of_other_prompts_or_its_own_collection_trains_on_them(settings: 
     data["arms"] = {"longer": {"collect": ["--max_new_tokens", "16"]}, "prefixed": {"prompts": "p", "flags": []}}
     settings.write_text(yaml.safe_dump(data))
     runs, results = tmp_path / "runs", tmp_path / "results"
+    # an arm's own collection cut by the time limit is not trained on; the next call goes on with it
+    loaded = recipe_ab.load_settings(settings)
+    assert recipe_ab.arm_data(loaded, recipe_ab.arm_spec(loaded, "longer"), runs / "longer", 0) is None
+    assert (runs / "longer-trajectories" / "collection.json").is_file()
     common = ["--settings", str(settings), "--output-dir", str(runs), "--results", str(results)]
     arguments = recipe_ab.parse([*common, "run"])
     assert arguments.func(arguments) == 0

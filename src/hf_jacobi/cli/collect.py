@@ -12,6 +12,7 @@ from ..adapters import apply_adapter
 from ..atomic import check_writable
 from ..data.collection import collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES
+from ..data.shards import collected_answers, list_shards
 from ..loading import EMBEDDED, process_state
 from .recipe_args import PromptArguments, check_model_arguments, load_model_and_tokenizer, parse_step_arguments
 
@@ -112,11 +113,12 @@ def run_collect(argv: list[str]) -> int:
             stop_after_seconds=args.stop_after_seconds,
         )
     if state.is_main_process:
-        collected = load_trajectories(output)
-        blocks = sum(len(s) for s in collected["states"])
-        states = sum(len(b) for s in collected["states"] for b in s)
-        left = len(set(prompts["prompt_id"]) - set(collected["prompt_id"]))
-        print(f"{len(collected)} trajectories, {blocks} blocks, {states} states in {output}")
+        left = len(set(prompts["prompt_id"]) - set(collected_answers(output)))
+        if list_shards(output):
+            collected = load_trajectories(output)
+            blocks = sum(len(s) for s in collected["states"])
+            states = sum(len(b) for s in collected["states"] for b in s)
+            print(f"{len(collected)} trajectories, {blocks} blocks, {states} states in {output}")
         if left > 0:
             print(f"{left} prompts left: run the same command again to go on")
     return 0
