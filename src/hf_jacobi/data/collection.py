@@ -117,25 +117,18 @@ def collect_trajectories(
     collector = BatchCollector.for_model(
         enable_jacobi(model), tokenizer, method, block_size, max_new_tokens, draft_seed
     )
-    number, rows = _shard_to_fill(output, state.process_index, shard_size)
+    writer = _ShardWriter(output, state.process_index, shard_size)
     bar = tqdm(
         total=len(pending), desc=f"collect[{state.process_index}]", disable=not progress, position=state.process_index
     )
     for batch_indices in in_batches(pending, batch_size):
         if stop_after_seconds is not None and time.monotonic() - started >= stop_after_seconds:
-            logger.info(
-                "process %d: stop_after_seconds=%s reached, %d prompts left for the next call",
-                state.process_index, stop_after_seconds, len(pending) - bar.n,
-            )  # fmt: skip
+            logger.info("stop_after_seconds reached: %d prompts left for the next call", bar.total - bar.n)
             break
         batch = prompts.select(batch_indices)
         prompt_ids = encode_prompts(batch, tokenizer, chat=chat, max_prompt_tokens=max_prompt_tokens)
         given = None if fixed is None else _answers_for(fixed, batch["prompt_id"], max_new_tokens)
-        records = collector.rows(batch["prompt_id"], prompt_ids, given)
-        rows = pa.concat_tables([rows, pa.Table.from_pylist(records, schema=SCHEMA)])
-        write_shard(rows, shard_path(output, state.process_index, number))
-        if rows.num_rows >= shard_size:
-            number, rows = number + 1, SCHEMA.empty_table()
+        writer.append(collector.rows(batch["prompt_id"], prompt_ids, given))
         bar.update(len(batch_indices))
     bar.close()
     state.wait_for_everyone()
@@ -340,3 +333,18 @@ def _shard_to_fill(output: Path, rank: int, shard_size: int) -> tuple[int, pa.Ta
     if rows.num_rows < shard_size:
         return number, rows
     return number + 1, SCHEMA.empty_table()
+
+
+class _ShardWriter:
+    """This process's shard being filled: each batch's rows are appended and the shard rewritten at once (atomically,
+    so a kill loses at most the batch in flight), and a new shard starts once it holds `shard_size` rows."""
+
+    def __init__(self, output: Path, rank: int, shard_size: int) -> None:
+        self.output, self.rank, self.shard_size = output, rank, shard_size
+        self.number, self.rows = _shard_to_fill(output, rank, shard_size)
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        self.rows = pa.concat_tables([self.rows, pa.Table.from_pylist(records, schema=SCHEMA)])
+        write_shard(self.rows, shard_path(self.output, self.rank, self.number))
+        if self.rows.num_rows >= self.shard_size:
+            self.number, self.rows = self.number + 1, SCHEMA.empty_table()
