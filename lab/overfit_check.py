@@ -133,10 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model(str(args.output_dir / "run" / "final"))
     report["after"] = {"probe": probe_acceptance(model, rows).to_dict(),
                        "plain": plain_jacobi(model, rows, args.block_size, args.max_new_tokens)}  # fmt: skip
-    own = collect_trajectories(model, tokenizer, prompts, args.output_dir / "own", block_size=args.block_size,
-                               max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, method="parallel",
+    # its own states from initial drafts it was not trained on (the next seed): on a trained seed's drafts, which a
+    # model trained this hard has memorised, the probe reads more than decoding gets (tests/test_overfit.py)
+    fresh = args.drafts
+    own = collect_trajectories(model, tokenizer, prompts, args.output_dir / f"own-seed{fresh}",
+                               block_size=args.block_size, max_new_tokens=args.max_new_tokens,
+                               batch_size=args.batch_size, method="parallel", draft_seed=fresh,
                                model_id="overfit-final")  # fmt: skip
     report["after"]["probe_own_states"] = probe_acceptance(model, load_trajectories(own)).to_dict()
+    report["after"]["own_states_draft_seed"] = fresh
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: report[k] for k in ("before", "after")}, indent=2))

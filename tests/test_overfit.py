@@ -58,3 +58,14 @@ def test_trained_hard_on_few_trajectories_a_model_accepts_many_tokens_per_forwar
     assert before.rates[0] < 0.3 and after.rates[0] >= 0.8, (before.rates, after.rates)
     assert after.agreement >= 0.95  # the AR loss keeps the trained answers the model's greedy answers
     assert speed_after >= 2.5 > 1.5 > speed_before, (speed_before, speed_after)
+    # the model's own states predict its decoding only from drafts it was not trained on: the initial drafts of a
+    # trained seed are memorised, and the probe over-reads on them
+    own = {seed: probe_acceptance(model, _own_states(model, prompts, tmp_path, seed)).tokens_per_iteration
+           for seed in (0, 7)}  # fmt: skip
+    assert 0.8 * speed_after <= own[7] <= 1.25 * speed_after < 1.3 * own[7] <= own[0], (speed_after, own)
+
+
+def _own_states(model, prompts: datasets.Dataset, folder, seed: int) -> datasets.Dataset:
+    out = collect_trajectories(model, tiny_tokenizer(), prompts, folder / f"own{seed}", block_size=BLOCK,
+                               max_new_tokens=24, batch_size=4, draft_seed=seed, method="parallel", progress=False)  # fmt: skip
+    return load_trajectories(out)
