@@ -251,7 +251,7 @@ CASES = {
     ),
     "collect negative --stop_after_seconds": Case(
         ["collect", "--model_name_or_path", "{ck}", "--stop_after_seconds", "-5", "--output_dir", "{tmp}/traj"],
-        "--stop_after_seconds must be a number of seconds >= 0, got -5.0",
+        "stop_after_seconds must be a number of seconds >= 0 or None, got -5.0",
     ),
     "collect --output_dir is a file": Case(
         ["collect", "--model_name_or_path", "{ck}", "--output_dir", "{tmp}/taken"],

@@ -42,20 +42,25 @@ def _heldout() -> list[list[int]]:
     return [encode_chat(tiny_tokenizer(), m) for m in _prompts(3, 50)["messages"]]
 
 
+def _trainer(tmp_path, folder: str, tokenizer, callback: HeldOutSpeedCallback, **settings) -> JacobiForcingTrainer:
+    """A fresh tiny llama's trainer on the trajectories in tmp_path/t, into tmp_path/folder, measured by `callback`."""
+    args = JacobiForcingConfig(
+        output_dir=str(tmp_path / folder), per_device_train_batch_size=2, use_cpu=True, bf16=False,
+        gradient_checkpointing=False, report_to=[], noise_window=4, **settings,
+    )  # fmt: skip
+    return JacobiForcingTrainer(
+        fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
+        processing_class=tokenizer, callbacks=[callback],
+    )  # fmt: skip
+
+
 def test_the_curve_is_logged_at_the_start_every_k_steps_and_at_the_end(tmp_path):
     tokenizer, heldout = _trajectories_and_heldout(tmp_path)
     callback = HeldOutSpeedCallback(
         heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=10, batch_size=2
     )
-    args = JacobiForcingConfig(
-        output_dir=str(tmp_path / "o"), max_steps=5, per_device_train_batch_size=2, learning_rate=1e-3,
-        use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="no",
-        include_num_input_tokens_seen=True, noise_window=4,
-    )  # fmt: skip
-    trainer = JacobiForcingTrainer(
-        fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
-        processing_class=tokenizer, callbacks=[callback],
-    )  # fmt: skip
+    trainer = _trainer(tmp_path, "o", tokenizer, callback, max_steps=5, learning_rate=1e-3, save_strategy="no",
+                       include_num_input_tokens_seen=True)  # fmt: skip
     trainer.train()
     curve = heldout_curve(trainer.state.log_history)
     assert [entry["step"] for entry in curve] == [0, 2, 4, 5]  # the end (step 5) too
@@ -101,15 +106,8 @@ def _resumable_run(
     checkpoint at `save_steps`: the callback and the steps of the held-out curve the trainer's state holds."""
     tokenizer, heldout = tiny_tokenizer(), _heldout()
     callback = HeldOutSpeedCallback(heldout, {"plain": JacobiConfig(block_size=4)}, every_steps=2, max_new_tokens=8)
-    args = JacobiForcingConfig(
-        output_dir=str(tmp_path / folder), max_steps=max_steps, per_device_train_batch_size=2, learning_rate=5e-2,
-        use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[], save_strategy="steps",
-        save_steps=save_steps, noise_window=4,
-    )  # fmt: skip
-    trainer = JacobiForcingTrainer(
-        fresh_tiny_model("llama"), args=args, train_dataset=load_trajectories(tmp_path / "t"),
-        processing_class=tokenizer, callbacks=[callback],
-    )  # fmt: skip
+    trainer = _trainer(tmp_path, folder, tokenizer, callback, max_steps=max_steps, learning_rate=5e-2,
+                       save_strategy="steps", save_steps=save_steps)  # fmt: skip
     checkpoint = tmp_path / folder / f"checkpoint-{save_steps}"
     trainer.train(resume_from_checkpoint=str(checkpoint) if resume else None)
     return callback, [entry["step"] for entry in heldout_curve(trainer.state.log_history)]

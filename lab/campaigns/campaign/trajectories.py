@@ -1,8 +1,8 @@
 """Stage 2: the base model's Jacobi trajectories of every training prompt, as trajectory shards `hf-jacobi train` reads.
 
 The bulk is the library's own collection (`collect_trajectories`, by `--trajectory-method`), each call bounded in time
-(`stop_after_seconds`) so that the stage saves as it goes and stops at its deadline between batches; the measurement of both methods and the float32 check at
-the start of the stage are `method_study.py`'s.
+(`stop_after_seconds`) so that the stage saves as it goes and stops at its deadline between batches; the measurement
+of both methods and the float32 check at the start of the stage are `method_study.py`'s.
 
 Greedy answers are what resume needs: a later call rebuilds the parallel method's states from them in a few forwards
 (`collect_trajectories(answers=...)` with the model's own answers), so `completions.parquet` (prompt id -> answer token

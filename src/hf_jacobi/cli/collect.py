@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -10,9 +9,9 @@ from trl import ModelConfig
 
 from ..adapters import apply_adapter
 from ..atomic import check_writable
-from ..data.collection import collect_trajectories, load_trajectories
+from ..data.collection import check_stop_after_seconds, collect_trajectories, load_trajectories
 from ..data.prompts import PROMPT_SOURCES
-from ..data.shards import collected_answers, list_shards
+from ..data.shards import list_shards
 from ..loading import EMBEDDED, process_state
 from .recipe_args import PromptArguments, check_model_arguments, load_model_and_tokenizer, parse_step_arguments
 
@@ -66,9 +65,7 @@ class CollectArguments(PromptArguments):
 
     def __post_init__(self) -> None:
         """Refuses a time limit a collection could not keep, before any model loads."""
-        seconds = self.stop_after_seconds
-        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
-            raise ValueError(f"--stop_after_seconds must be a number of seconds >= 0, got {seconds!r}.")
+        check_stop_after_seconds(self.stop_after_seconds)
 
     def model_id(self, model_args: ModelConfig) -> str:
         """What the trajectories come from, recorded in the folder so that a resumed collection cannot mix models."""
@@ -113,12 +110,12 @@ def run_collect(argv: list[str]) -> int:
             stop_after_seconds=args.stop_after_seconds,
         )
     if state.is_main_process:
-        left = len(set(prompts["prompt_id"]) - set(collected_answers(output)))
-        if list_shards(output):
-            collected = load_trajectories(output)
+        collected = load_trajectories(output) if list_shards(output) else None
+        if collected is not None:
             blocks = sum(len(s) for s in collected["states"])
             states = sum(len(b) for s in collected["states"] for b in s)
             print(f"{len(collected)} trajectories, {blocks} blocks, {states} states in {output}")
+        left = len(set(prompts["prompt_id"]) - set(collected["prompt_id"] if collected is not None else []))
         if left > 0:
             print(f"{left} prompts left: run the same command again to go on")
     return 0

@@ -103,7 +103,7 @@ def collect_trajectories(
     """
     started = time.monotonic()
     _check_arguments(prompts, block_size, max_new_tokens, batch_size, shard_size, method)
-    _check_seconds(stop_after_seconds)
+    check_stop_after_seconds(stop_after_seconds)
     fixed, answers_of = _fixed_answers(answers, answers_of, method)
     state = process_state()
     output = Path(output_dir)
@@ -210,8 +210,9 @@ def _check_arguments(
         )
 
 
-def _check_seconds(stop_after_seconds: float | None) -> None:
-    """Refuses a time limit that is not a finite number of seconds >= 0 (None: no limit)."""
+def check_stop_after_seconds(stop_after_seconds: float | None) -> None:
+    """Refuses a time limit that is not a finite number of seconds >= 0 (None: no limit); `hf-jacobi collect` calls it
+    before the model loads."""
     if stop_after_seconds is None:
         return
     if (
